@@ -1,0 +1,9 @@
+//! union-virtiofsd: a vhost-user virtio-fs device backend serving a mergerfs-style union of host
+//! directories. Layers: `args → config → vhost → fs → union → sys`; only `sys` may use `unsafe`.
+
+pub mod args;
+pub mod config;
+pub mod fs;
+pub mod sys;
+pub mod union;
+pub mod vhost;

@@ -1,0 +1,1 @@
+//! Safe wrappers around the system calls the daemon needs; the only module with unsafe.

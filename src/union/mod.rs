@@ -1,0 +1,6 @@
+//! The union layer: branches and the policies that choose among them. It never sees FUSE or
+//! virtio types, so every policy is a pure function unit-tested with a fake probe.
+
+pub mod branch;
+
+pub use branch::{Branch, BranchMode};

@@ -1,0 +1,1 @@
+//! The vhost-user device: queues, FUSE_INIT negotiation, worker threads.
