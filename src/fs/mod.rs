@@ -1,14 +1,33 @@
-//! The virtio-fs `FileSystem` implementation for the union. Each trait method delegates into
-//! `fs/ops/<family>.rs`; this module owns the inode and handle tables. It knows nothing of
-//! virtqueues or descriptors (that is `vhost`), and never calls libc directly (that is `sys`).
+//! The virtio-fs `FileSystem` implementation for the union. Each trait method is a one-line
+//! delegation into `fs/ops/<family>.rs`; this module owns the branch roots, the inode table and
+//! the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
+//! (that is `sys`).
 
+mod handle;
+mod inode;
+mod ops;
+mod readdir_snapshot;
+mod resolve;
+
+use std::ffi::CStr;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fuse_backend_rs::api::filesystem::FileSystem;
+use fuse_backend_rs::abi::fuse_abi::SetattrValid;
+use fuse_backend_rs::abi::fuse_abi::{stat64, statvfs64, CreateIn, FsOptions, OpenOptions};
+use fuse_backend_rs::api::filesystem::{
+    Context, DirEntry, Entry, FileSystem, GetxattrReply, ListxattrReply, ZeroCopyReader,
+    ZeroCopyWriter,
+};
+use rustix::fs::{Mode, OFlags};
 
-use crate::union::Branch;
+pub use inode::ROOT_ID;
+
+use crate::union::{Branch, BranchMode, Policy};
+use handle::HandleTable;
+use inode::InodeTable;
 
 /// Everything the filesystem layer needs to know, built by `config`.
 #[derive(Clone, Debug)]
@@ -19,7 +38,7 @@ pub struct FsConfig {
     pub entry_timeout: Duration,
     /// How long the guest may cache attributes.
     pub attr_timeout: Duration,
-    /// Whether extended attributes are passed through (otherwise ENOSYS/ENOTSUP).
+    /// Whether extended attributes are passed through (otherwise ENOSYS).
     pub xattr: bool,
 }
 
@@ -42,22 +61,364 @@ pub enum Error {
     NotADirectory(PathBuf),
 }
 
+/// An opened branch root.
+struct Root {
+    /// `O_PATH` descriptor of the branch directory; every guest path is resolved beneath it.
+    fd: OwnedFd,
+    /// Device of the branch root, to count each filesystem once in statfs.
+    dev: u64,
+}
+
+/// The policies in force for each category.
+#[derive(Clone, Copy, Debug)]
+struct Policies {
+    create: Policy,
+    search: Policy,
+    action: Policy,
+}
+
 /// The union filesystem served to the guest.
 pub struct UnionFs {
-    _cfg: FsConfig,
+    cfg: FsConfig,
+    roots: Vec<Root>,
+    modes: Vec<BranchMode>,
+    policies: Policies,
+    inodes: InodeTable,
+    handles: HandleTable,
 }
 
 impl UnionFs {
-    /// Opens every branch root and builds an empty inode table holding only the root.
+    /// Opens every branch root and builds an inode table holding only the root.
     pub fn new(cfg: FsConfig) -> Result<Self, Error> {
         if cfg.branches.is_empty() {
             return Err(Error::NoBranches);
         }
-        Ok(UnionFs { _cfg: cfg })
+        let mut roots = Vec::with_capacity(cfg.branches.len());
+        for b in &cfg.branches {
+            let fd = rustix::fs::open(&b.path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| Error::OpenBranch {
+                    path: b.path.clone(),
+                    source: e.into(),
+                })?;
+            let st =
+                crate::sys::beneath::stat_fd(fd.as_fd()).map_err(|source| Error::OpenBranch {
+                    path: b.path.clone(),
+                    source,
+                })?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(Error::NotADirectory(b.path.clone()));
+            }
+            roots.push(Root { fd, dev: st.st_dev });
+        }
+        Ok(UnionFs {
+            modes: cfg.branches.iter().map(|b| b.mode).collect(),
+            cfg,
+            roots,
+            policies: Policies {
+                create: Policy::Epff,
+                search: Policy::Ff,
+                action: Policy::Epall,
+            },
+            inodes: InodeTable::new(),
+            handles: HandleTable::default(),
+        })
     }
+
+    /// Number of nodes the guest holds references to, root included.
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Number of open file and directory handles.
+    pub fn handle_count(&self) -> usize {
+        self.handles.len()
+    }
+}
+
+/// The errno as an `io::Error`: the only error kind the fs layer returns.
+pub(crate) fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
 }
 
 impl FileSystem for UnionFs {
     type Inode = u64;
     type Handle = u64;
+
+    fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
+        Ok(FsOptions::ASYNC_READ
+            | FsOptions::PARALLEL_DIROPS
+            | FsOptions::BIG_WRITES
+            | FsOptions::AUTO_INVAL_DATA
+            | FsOptions::DO_READDIRPLUS
+            | FsOptions::READDIRPLUS_AUTO
+            | FsOptions::ATOMIC_O_TRUNC
+            | FsOptions::MAX_PAGES)
+    }
+
+    fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        ops::lookup::lookup(self, parent, name)
+    }
+
+    fn forget(&self, _ctx: &Context, inode: u64, count: u64) {
+        self.inodes.forget(inode, count)
+    }
+
+    fn batch_forget(&self, _ctx: &Context, requests: Vec<(u64, u64)>) {
+        for (inode, count) in requests {
+            self.inodes.forget(inode, count)
+        }
+    }
+
+    fn getattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: Option<u64>,
+    ) -> io::Result<(stat64, Duration)> {
+        ops::attr::getattr(self, inode, handle)
+    }
+
+    fn setattr(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        attr: stat64,
+        handle: Option<u64>,
+        valid: SetattrValid,
+    ) -> io::Result<(stat64, Duration)> {
+        ops::attr::setattr(self, ctx, inode, attr, handle, valid)
+    }
+
+    fn readlink(&self, _ctx: &Context, inode: u64) -> io::Result<Vec<u8>> {
+        ops::attr::readlink(self, inode)
+    }
+
+    fn access(&self, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
+        ops::attr::access(self, ctx, inode, mask)
+    }
+
+    fn symlink(
+        &self,
+        ctx: &Context,
+        linkname: &CStr,
+        parent: u64,
+        name: &CStr,
+    ) -> io::Result<Entry> {
+        ops::create::symlink(self, ctx, linkname, parent, name)
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        _umask: u32,
+    ) -> io::Result<Entry> {
+        ops::create::mknod(self, ctx, parent, name, mode, rdev)
+    }
+
+    fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        _umask: u32,
+    ) -> io::Result<Entry> {
+        ops::create::mkdir(self, ctx, parent, name, mode)
+    }
+
+    fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
+        ops::create::create(self, ctx, parent, name, args)
+    }
+
+    fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        ops::remove::remove(self, parent, name, false)
+    }
+
+    fn rmdir(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        ops::remove::remove(self, parent, name, true)
+    }
+
+    fn rename(
+        &self,
+        _ctx: &Context,
+        olddir: u64,
+        oldname: &CStr,
+        newdir: u64,
+        newname: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        ops::rename::rename(self, olddir, oldname, newdir, newname, flags)
+    }
+
+    fn link(&self, ctx: &Context, inode: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {
+        ops::link::link(self, ctx, inode, newparent, newname)
+    }
+
+    fn open(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
+        ops::open::open(self, inode, flags)
+    }
+
+    fn release(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _flags: u32,
+        handle: u64,
+        _flush: bool,
+        _flock_release: bool,
+        _lock_owner: Option<u64>,
+    ) -> io::Result<()> {
+        ops::open::release(self, inode, handle)
+    }
+
+    fn flush(&self, _ctx: &Context, inode: u64, handle: u64, _lock_owner: u64) -> io::Result<()> {
+        ops::open::flush(self, inode, handle)
+    }
+
+    fn fsync(&self, _ctx: &Context, inode: u64, datasync: bool, handle: u64) -> io::Result<()> {
+        ops::open::fsync(self, inode, datasync, handle)
+    }
+
+    fn read(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        w: &mut dyn ZeroCopyWriter,
+        size: u32,
+        offset: u64,
+        _lock_owner: Option<u64>,
+        _flags: u32,
+    ) -> io::Result<usize> {
+        ops::io::read(self, inode, handle, w, size, offset)
+    }
+
+    fn write(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        r: &mut dyn ZeroCopyReader,
+        size: u32,
+        offset: u64,
+        _lock_owner: Option<u64>,
+        _delayed_write: bool,
+        _flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<usize> {
+        ops::io::write(self, inode, handle, r, size, offset)
+    }
+
+    fn fallocate(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        mode: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<()> {
+        ops::io::fallocate(self, inode, handle, mode, offset, length)
+    }
+
+    fn lseek(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        offset: u64,
+        whence: u32,
+    ) -> io::Result<u64> {
+        ops::io::lseek(self, inode, handle, offset, whence)
+    }
+
+    fn statfs(&self, _ctx: &Context, inode: u64) -> io::Result<statvfs64> {
+        ops::statfs::statfs(self, inode)
+    }
+
+    fn opendir(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        _flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions)> {
+        ops::readdir::opendir(self, inode)
+    }
+
+    fn readdir(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        _size: u32,
+        offset: u64,
+        add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        ops::readdir::readdir(self, inode, handle, offset, add_entry)
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        handle: u64,
+        _size: u32,
+        offset: u64,
+        add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        ops::readdir::readdirplus(self, inode, handle, offset, add_entry)
+    }
+
+    fn releasedir(&self, _ctx: &Context, inode: u64, _flags: u32, handle: u64) -> io::Result<()> {
+        ops::readdir::releasedir(self, inode, handle)
+    }
+
+    fn fsyncdir(&self, _ctx: &Context, inode: u64, datasync: bool, handle: u64) -> io::Result<()> {
+        ops::readdir::fsyncdir(self, inode, datasync, handle)
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+    ) -> io::Result<()> {
+        ops::xattr::setxattr(self, inode, name, value, flags)
+    }
+
+    fn getxattr(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        size: u32,
+    ) -> io::Result<GetxattrReply> {
+        ops::xattr::getxattr(self, inode, name, size)
+    }
+
+    fn listxattr(&self, _ctx: &Context, inode: u64, size: u32) -> io::Result<ListxattrReply> {
+        ops::xattr::listxattr(self, inode, size)
+    }
+
+    fn removexattr(&self, _ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
+        ops::xattr::removexattr(self, inode, name)
+    }
 }

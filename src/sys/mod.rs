@@ -1,1 +1,7 @@
-//! Safe wrappers around the system calls the daemon needs; the only module with unsafe.
+//! Safe wrappers around the system calls the daemon needs; the only module with `unsafe`.
+//! Nothing here knows about FUSE, virtio or the union: just file descriptors and credentials.
+
+pub mod abi;
+pub mod beneath;
+pub mod creds;
+pub mod file;

@@ -2,5 +2,9 @@
 //! virtio types, so every policy is a pure function unit-tested with a fake probe.
 
 pub mod branch;
+pub mod errno;
+pub mod policy;
 
 pub use branch::{Branch, BranchMode};
+pub use errno::ErrnoFold;
+pub use policy::{Category, Policy, Probe};

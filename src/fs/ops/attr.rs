@@ -1,0 +1,188 @@
+//! GETATTR, SETATTR, READLINK and ACCESS. Attribute changes go to every copy the action policy
+//! selects; they reach the host inode through its `O_PATH` descriptor, never by re-walking a
+//! path, so a symlink swapped in by a concurrent rename cannot redirect them.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
+use fuse_backend_rs::api::filesystem::Context;
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+
+use crate::fs::resolve::{split_parent, Found};
+use crate::fs::{errno, UnionFs};
+use crate::sys::{beneath, creds};
+use crate::union::{BranchMode, ErrnoFold};
+
+fn is_type(st: &stat64, t: u32) -> bool {
+    st.st_mode & libc::S_IFMT == t
+}
+
+/// Attributes of `inode`, from its open handle when the guest names one.
+pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(stat64, Duration)> {
+    if let Some(fh) = handle {
+        if let Ok(h) = fs.handles.file(fh, inode) {
+            let st = beneath::stat_fd(h.as_file()?.fd.as_fd())?;
+            return Ok((fs.union_attr(st, b""), fs.cfg.attr_timeout));
+        }
+    }
+    let rel = fs.inodes.path(inode)?;
+    let f = fs.search(&rel)?;
+    Ok((fs.union_attr(f.st, rel.to_bytes()), fs.cfg.attr_timeout))
+}
+
+/// Applies the changes `valid` selects to every writable copy of `inode`.
+pub fn setattr(
+    fs: &UnionFs,
+    ctx: &Context,
+    inode: u64,
+    attr: stat64,
+    handle: Option<u64>,
+    valid: SetattrValid,
+) -> io::Result<(stat64, Duration)> {
+    // ftruncate on an open file changes exactly that file.
+    if valid == SetattrValid::SIZE {
+        if let Some(fh) = handle {
+            let h = fs.handles.file(fh, inode)?;
+            rustix::fs::ftruncate(h.as_file()?.fd.as_fd(), attr.st_size as u64)?;
+            return getattr(fs, inode, handle);
+        }
+    }
+    let rel = fs.inodes.path(inode)?;
+    let mut fold = ErrnoFold::new();
+    for f in fs.action(&rel)? {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        let r = apply(fs, &f, &rel, &attr, valid);
+        fold.add(&r);
+    }
+    fold.result()?;
+    getattr(fs, inode, None)
+}
+
+fn apply(
+    fs: &UnionFs,
+    f: &Found,
+    rel: &CStr,
+    attr: &stat64,
+    valid: SetattrValid,
+) -> io::Result<()> {
+    let symlink = is_type(&f.st, libc::S_IFLNK);
+    if valid.contains(SetattrValid::MODE) {
+        if symlink {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        rustix::fs::chmod(
+            beneath::proc_path(f.fd.as_fd()),
+            Mode::from_raw_mode(attr.st_mode & 0o7777),
+        )?;
+    }
+    if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
+        let uid = valid
+            .contains(SetattrValid::UID)
+            .then(|| rustix::fs::Uid::from_raw(attr.st_uid));
+        let gid = valid
+            .contains(SetattrValid::GID)
+            .then(|| rustix::fs::Gid::from_raw(attr.st_gid));
+        rustix::fs::chownat(
+            f.fd.as_fd(),
+            c"",
+            uid,
+            gid,
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+    }
+    if valid.contains(SetattrValid::SIZE) {
+        if is_type(&f.st, libc::S_IFDIR) {
+            return Err(errno(libc::EISDIR));
+        }
+        if !is_type(&f.st, libc::S_IFREG) {
+            return Err(errno(libc::EINVAL));
+        }
+        let fd = beneath::reopen(f.fd.as_fd(), OFlags::WRONLY)?;
+        rustix::fs::ftruncate(&fd, attr.st_size as u64)?;
+    }
+    let times = SetattrValid::ATIME
+        | SetattrValid::MTIME
+        | SetattrValid::ATIME_NOW
+        | SetattrValid::MTIME_NOW;
+    if valid.intersects(times) {
+        let ts = |set: SetattrValid, now: SetattrValid, sec: i64, nsec: i64| {
+            if valid.contains(now) {
+                Timespec {
+                    tv_sec: 0,
+                    tv_nsec: UTIME_NOW,
+                }
+            } else if valid.contains(set) {
+                Timespec {
+                    tv_sec: sec,
+                    tv_nsec: nsec,
+                }
+            } else {
+                Timespec {
+                    tv_sec: 0,
+                    tv_nsec: UTIME_OMIT,
+                }
+            }
+        };
+        let t = Timestamps {
+            last_access: ts(
+                SetattrValid::ATIME,
+                SetattrValid::ATIME_NOW,
+                attr.st_atime,
+                attr.st_atime_nsec,
+            ),
+            last_modification: ts(
+                SetattrValid::MTIME,
+                SetattrValid::MTIME_NOW,
+                attr.st_mtime,
+                attr.st_mtime_nsec,
+            ),
+        };
+        if symlink {
+            // A symlink is reached through its parent and never followed.
+            let (parent, name) = split_parent(rel);
+            let dir = fs.dir_on(f.branch, &parent)?;
+            rustix::fs::utimensat(&dir, &name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
+        } else {
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                beneath::proc_path(f.fd.as_fd()),
+                &t,
+                AtFlags::empty(),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The target of symlink `inode`.
+pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
+    let rel = fs.inodes.path(inode)?;
+    let f = fs.search(&rel)?;
+    if !is_type(&f.st, libc::S_IFLNK) {
+        return Err(errno(libc::EINVAL));
+    }
+    Ok(rustix::fs::readlinkat(f.fd.as_fd(), c"", Vec::new())?.into_bytes())
+}
+
+/// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
+pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
+    let rel = fs.inodes.path(inode)?;
+    let f = fs.search(&rel)?;
+    if mask & libc::W_OK as u32 != 0 && fs.modes[f.branch] == BranchMode::RO {
+        return Err(errno(libc::EROFS));
+    }
+    if mask == libc::F_OK as u32 || is_type(&f.st, libc::S_IFLNK) {
+        return Ok(());
+    }
+    let _creds = creds::switch_to(ctx.uid, ctx.gid);
+    let access = rustix::fs::Access::from_bits_truncate(mask as i32);
+    Ok(rustix::fs::accessat(
+        rustix::fs::CWD,
+        beneath::proc_path(f.fd.as_fd()),
+        access,
+        AtFlags::EACCESS,
+    )?)
+}

@@ -1,0 +1,144 @@
+//! MKDIR, MKNOD, SYMLINK and CREATE: the create policy picks the branch (by default the first RW
+//! branch where the parent directory exists), the entry is made there as the guest caller, and
+//! host device nodes can never be made.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::AsFd;
+
+use fuse_backend_rs::abi::fuse_abi::{CreateIn, OpenOptions};
+use fuse_backend_rs::api::filesystem::{Context, Entry};
+use rustix::fs::{FileType, Mode, OFlags};
+
+use crate::fs::handle::{FileHandle, Handle};
+use crate::fs::ops::open::{guest_open_flags, open};
+use crate::fs::resolve::{check_name, Found};
+use crate::fs::{errno, UnionFs};
+use crate::sys::{beneath, creds};
+
+/// Validates the name and picks the branch: (path of the new entry, parent dir on the branch).
+fn prepare(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<(CString, Found)> {
+    check_name(name)?;
+    let rel = fs.inodes.child_path(parent, name)?;
+    if fs.exists_anywhere(&rel) {
+        return Err(errno(libc::EEXIST));
+    }
+    let target = fs.create_target(&fs.inodes.path(parent)?)?;
+    Ok((rel, target))
+}
+
+/// Looks up what was just created on `branch` and hands the guest a node for it.
+fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
+    let fd = beneath::open_path(fs.root(branch), rel)?;
+    let st = beneath::stat_fd(fd.as_fd())?;
+    fs.make_entry(parent, name, rel, st)
+}
+
+/// Creates directory `name` in `parent`.
+pub fn mkdir(
+    fs: &UnionFs,
+    ctx: &Context,
+    parent: u64,
+    name: &CStr,
+    mode: u32,
+) -> io::Result<Entry> {
+    let (rel, dir) = prepare(fs, parent, name)?;
+    {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(mode & 0o7777))?;
+    }
+    finish(fs, parent, name, &rel, dir.branch)
+}
+
+/// Creates symlink `name` → `target` in `parent`. The target is stored, never resolved on the host.
+pub fn symlink(
+    fs: &UnionFs,
+    ctx: &Context,
+    target: &CStr,
+    parent: u64,
+    name: &CStr,
+) -> io::Result<Entry> {
+    if target.is_empty() || target.to_bytes().len() >= libc::PATH_MAX as usize {
+        return Err(errno(libc::EINVAL));
+    }
+    let (rel, dir) = prepare(fs, parent, name)?;
+    {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        rustix::fs::symlinkat(target, &dir.fd, name)?;
+    }
+    finish(fs, parent, name, &rel, dir.branch)
+}
+
+/// Creates a regular file, FIFO or socket node. Device nodes are refused with EPERM: the guest
+/// must not be able to plant a host device in a shared directory.
+pub fn mknod(
+    fs: &UnionFs,
+    ctx: &Context,
+    parent: u64,
+    name: &CStr,
+    mode: u32,
+    rdev: u32,
+) -> io::Result<Entry> {
+    let ftype = match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => FileType::RegularFile,
+        libc::S_IFIFO => FileType::Fifo,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR | libc::S_IFBLK => return Err(errno(libc::EPERM)),
+        _ => return Err(errno(libc::EINVAL)),
+    };
+    let (rel, dir) = prepare(fs, parent, name)?;
+    {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        rustix::fs::mknodat(
+            &dir.fd,
+            name,
+            ftype,
+            Mode::from_raw_mode(mode & 0o7777),
+            u64::from(rdev),
+        )?;
+    }
+    finish(fs, parent, name, &rel, dir.branch)
+}
+
+/// Creates and opens regular file `name`. If it already exists (the guest's view was stale),
+/// O_EXCL gets EEXIST and otherwise the existing file is opened, as open(2) would.
+pub fn create(
+    fs: &UnionFs,
+    ctx: &Context,
+    parent: u64,
+    name: &CStr,
+    args: CreateIn,
+) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
+    let flags = guest_open_flags(args.flags);
+    let (rel, dir) = match prepare(fs, parent, name) {
+        Err(e)
+            if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
+        {
+            let entry = crate::fs::ops::lookup::lookup(fs, parent, name)?;
+            return match open(fs, entry.inode, args.flags) {
+                Ok((fh, opts, p)) => Ok((entry, fh, opts, p)),
+                Err(e) => {
+                    fs.inodes.forget(entry.inode, 1);
+                    Err(e)
+                }
+            };
+        }
+        r => r?,
+    };
+    let fd = {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        beneath::open_beneath(
+            dir.fd.as_fd(),
+            name,
+            flags | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(args.mode & 0o7777),
+        )?
+    };
+    let st = beneath::stat_fd(fd.as_fd())?;
+    let entry = fs.make_entry(parent, name, &rel, st)?;
+    let fh = fs.handles.insert(Handle::File(FileHandle {
+        fd,
+        inode: entry.inode,
+    }));
+    Ok((entry, Some(fh), OpenOptions::empty(), None))
+}

@@ -1,0 +1,76 @@
+//! OPEN, RELEASE, FLUSH and FSYNC for regular files. Only regular files can be opened: the guest
+//! never gets a descriptor to a host device node, FIFO or socket (opening a FIFO would also
+//! block a worker). Writable opens of a copy on an RO branch get EROFS.
+
+use std::io;
+use std::os::fd::AsFd;
+
+use fuse_backend_rs::abi::fuse_abi::OpenOptions;
+use rustix::fs::OFlags;
+
+use crate::fs::handle::{FileHandle, Handle};
+use crate::fs::{errno, UnionFs};
+use crate::sys::beneath;
+use crate::union::BranchMode;
+
+/// The subset of guest open flags passed to the host; everything else (O_CREAT, O_PATH,
+/// O_DIRECTORY, O_NOCTTY, O_TMPFILE, O_ASYNC…) is dropped.
+pub fn guest_open_flags(flags: u32) -> OFlags {
+    let keep = libc::O_ACCMODE
+        | libc::O_APPEND
+        | libc::O_TRUNC
+        | libc::O_DIRECT
+        | libc::O_DSYNC
+        | libc::O_SYNC;
+    OFlags::from_bits_retain(flags & keep as u32)
+}
+
+fn wants_write(flags: OFlags) -> bool {
+    flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC)
+}
+
+/// Opens `inode` on the branch the search policy finds it on.
+pub fn open(
+    fs: &UnionFs,
+    inode: u64,
+    flags: u32,
+) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
+    let flags = guest_open_flags(flags);
+    let rel = fs.inodes.path(inode)?;
+    let f = fs.search(&rel)?;
+    match f.st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFDIR => return Err(errno(libc::EISDIR)),
+        libc::S_IFLNK => return Err(errno(libc::ELOOP)),
+        _ => return Err(errno(libc::EACCES)),
+    }
+    if wants_write(flags) && fs.modes[f.branch] == BranchMode::RO {
+        return Err(errno(libc::EROFS));
+    }
+    let fd = beneath::reopen(f.fd.as_fd(), flags)?;
+    let fh = fs.handles.insert(Handle::File(FileHandle { fd, inode }));
+    Ok((Some(fh), OpenOptions::empty(), None))
+}
+
+/// Closes handle `fh` of `inode`.
+pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+    fs.handles.file(fh, inode)?;
+    fs.handles.remove(fh).map(drop)
+}
+
+/// Nothing is buffered in the daemon, so a flush only checks the handle.
+pub fn flush(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+    fs.handles.file(fh, inode).map(drop)
+}
+
+/// fsync/fdatasync of the open file.
+pub fn fsync(fs: &UnionFs, inode: u64, datasync: bool, fh: u64) -> io::Result<()> {
+    let h = fs.handles.file(fh, inode)?;
+    let fd = h.as_file()?.fd.as_fd();
+    if datasync {
+        rustix::fs::fdatasync(fd)?;
+    } else {
+        rustix::fs::fsync(fd)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! OPENDIR, READDIR, READDIRPLUS, RELEASEDIR and FSYNCDIR. A directory's listing is the merge of
+//! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
+//! handle (at offset 0) so offsets stay stable while the guest pages through it.
+
+use std::collections::HashSet;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use fuse_backend_rs::abi::fuse_abi::OpenOptions;
+use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
+
+use crate::fs::handle::{DirHandle, Handle};
+use crate::fs::readdir_snapshot::{DirSnapshot, MergedEntry};
+use crate::fs::resolve::split_parent;
+use crate::fs::{errno, UnionFs};
+use crate::sys::beneath;
+
+/// Opens directory `inode`.
+pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
+    let rel = fs.inodes.path(inode)?;
+    let f = fs.search(&rel)?;
+    if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(errno(libc::ENOTDIR));
+    }
+    let fh = fs.handles.insert(Handle::Dir(DirHandle {
+        inode,
+        snapshot: Default::default(),
+    }));
+    Ok((Some(fh), OpenOptions::empty()))
+}
+
+fn child(rel: &CStr, name: &[u8]) -> CString {
+    let mut v = if rel.to_bytes() == b"." {
+        Vec::new()
+    } else {
+        let mut v = rel.to_bytes().to_vec();
+        v.push(b'/');
+        v
+    };
+    v.extend_from_slice(name);
+    CString::new(v).expect("host names never contain NUL")
+}
+
+fn dir_ino(rel: &CStr) -> u64 {
+    crate::fs::resolve::dir_ino(rel.to_bytes())
+}
+
+/// Builds the merged listing of directory `rel`.
+fn snapshot(fs: &UnionFs, rel: &CStr) -> io::Result<DirSnapshot> {
+    let parent = if rel.to_bytes() == b"." {
+        rel.to_owned()
+    } else {
+        split_parent(rel).0
+    };
+    let mut entries = vec![
+        MergedEntry {
+            name: b".".to_vec(),
+            ino: dir_ino(rel),
+            dtype: u32::from(libc::DT_DIR),
+        },
+        MergedEntry {
+            name: b"..".to_vec(),
+            ino: dir_ino(&parent),
+            dtype: u32::from(libc::DT_DIR),
+        },
+    ];
+    let mut seen = HashSet::new();
+    let mut found_any = false;
+    for b in 0..fs.roots.len() {
+        let Ok(dir) = fs.dir_on(b, rel) else { continue };
+        found_any = true;
+        let dev = beneath::stat_fd(dir.as_fd())?.st_dev;
+        for e in beneath::list_dir(dir.as_fd())? {
+            if seen.contains(&e.name) {
+                continue;
+            }
+            let ino = if e.dtype == u32::from(libc::DT_DIR) {
+                dir_ino(&child(rel, &e.name))
+            } else {
+                crate::fs::resolve::devino(dev, e.ino)
+            };
+            seen.insert(e.name.clone());
+            entries.push(MergedEntry {
+                name: e.name,
+                ino,
+                dtype: e.dtype,
+            });
+        }
+    }
+    if !found_any {
+        return Err(errno(libc::ENOENT));
+    }
+    Ok(DirSnapshot { entries })
+}
+
+/// The handle's listing, (re)built when the guest starts from offset 0.
+fn listing(
+    fs: &UnionFs,
+    inode: u64,
+    fh: u64,
+    offset: u64,
+) -> io::Result<(CString, Arc<DirSnapshot>)> {
+    let h = fs.handles.get(fh)?;
+    let d = h.as_dir()?;
+    if d.inode != inode {
+        return Err(errno(libc::EBADF));
+    }
+    let rel = fs.inodes.path(inode)?;
+    let mut snap = d.snapshot.lock().unwrap();
+    if offset == 0 || snap.is_none() {
+        *snap = Some(Arc::new(snapshot(fs, &rel)?));
+    }
+    Ok((rel, snap.clone().expect("just set")))
+}
+
+fn dirent(e: &MergedEntry, index: usize) -> DirEntry<'_> {
+    DirEntry {
+        ino: e.ino,
+        offset: index as u64 + 1,
+        type_: e.dtype,
+        name: &e.name,
+    }
+}
+
+/// Lists entries from `offset` until the guest's buffer is full.
+pub fn readdir(
+    fs: &UnionFs,
+    inode: u64,
+    fh: u64,
+    offset: u64,
+    add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
+) -> io::Result<()> {
+    let (_, snap) = listing(fs, inode, fh, offset)?;
+    for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
+        if add_entry(dirent(e, i))? == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Like [`readdir`], with each entry looked up (one guest reference per entry the guest takes).
+pub fn readdirplus(
+    fs: &UnionFs,
+    inode: u64,
+    fh: u64,
+    offset: u64,
+    add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
+) -> io::Result<()> {
+    let (rel, snap) = listing(fs, inode, fh, offset)?;
+    let dot = fs.search(&rel)?.st;
+    for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
+        let entry = if e.name == b"." || e.name == b".." {
+            // The kernel ignores entries for the dot names; no reference is taken.
+            Entry {
+                inode: 0,
+                generation: 0,
+                attr: dot,
+                attr_flags: 0,
+                attr_timeout: Default::default(),
+                entry_timeout: Default::default(),
+            }
+        } else {
+            let name = CString::new(e.name.clone()).expect("no NUL");
+            match fs.search(&child(&rel, &e.name)) {
+                Ok(f) => fs.make_entry(inode, &name, &child(&rel, &e.name), f.st)?,
+                Err(_) => continue, // removed since the snapshot
+            }
+        };
+        let taken = add_entry(dirent(e, i), entry);
+        if !matches!(taken, Ok(n) if n > 0) {
+            if entry.inode != 0 {
+                fs.inodes.forget(entry.inode, 1);
+            }
+            taken?;
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Closes directory handle `fh`.
+pub fn releasedir(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+    match &*fs.handles.get(fh)? {
+        Handle::Dir(d) if d.inode == inode => fs.handles.remove(fh).map(drop),
+        _ => Err(errno(libc::EBADF)),
+    }
+}
+
+/// Nothing to flush for a merged directory beyond checking the handle.
+pub fn fsyncdir(fs: &UnionFs, inode: u64, _datasync: bool, fh: u64) -> io::Result<()> {
+    match &*fs.handles.get(fh)? {
+        Handle::Dir(d) if d.inode == inode => Ok(()),
+        _ => Err(errno(libc::EBADF)),
+    }
+}

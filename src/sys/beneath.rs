@@ -1,0 +1,138 @@
+//! Path resolution that cannot escape a branch root: every guest-derived path is opened with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so neither `..` nor
+//! a host symlink (in any component) is ever followed. Opened `O_PATH` descriptors are turned
+//! into real ones only through `/proc/self/fd`, after their file type has been checked.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+/// The resolve flags used for every guest-derived path.
+pub const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens `rel` (relative, `.` for the root itself) beneath `root` as an `O_PATH` descriptor
+/// without following a symlink anywhere, including the last component.
+pub fn open_path(root: BorrowedFd<'_>, rel: &CStr) -> io::Result<OwnedFd> {
+    open_beneath(root, rel, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty())
+}
+
+/// Opens `rel` beneath `root` with `flags` (O_NOFOLLOW and O_CLOEXEC are always added) and
+/// `mode` for O_CREAT.
+pub fn open_beneath(
+    root: BorrowedFd<'_>,
+    rel: &CStr,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat2(root, rel, flags, mode, RESOLVE)?)
+}
+
+/// The `/proc/self/fd/N` name of `fd`, through which path-only syscalls (chmod, xattrs,
+/// utimensat) reach exactly the inode `fd` refers to.
+pub fn proc_path(fd: BorrowedFd<'_>) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// Re-opens an `O_PATH` descriptor with real access `flags`. The caller must have checked the
+/// file type (never a device or FIFO) on `fd` first: the magic link reaches that same inode.
+pub fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> io::Result<OwnedFd> {
+    let flags = (flags | OFlags::CLOEXEC) & !(OFlags::NOFOLLOW | OFlags::CREATE | OFlags::EXCL);
+    Ok(rustix::fs::open(proc_path(fd), flags, Mode::empty())?)
+}
+
+/// `fstat` on any descriptor, `O_PATH` included.
+pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat64> {
+    Ok(rustix::fs::fstat(fd)?)
+}
+
+/// One directory entry as read from a host directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostDirent {
+    /// The entry name (never `.` or `..`).
+    pub name: Vec<u8>,
+    /// The host inode number.
+    pub ino: u64,
+    /// The `DT_*` type.
+    pub dtype: u32,
+}
+
+/// Lists a directory given an `O_PATH` descriptor to it, skipping `.` and `..`.
+pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<HostDirent>> {
+    let fd = reopen(dir, OFlags::RDONLY | OFlags::DIRECTORY)?;
+    let mut out = Vec::new();
+    for ent in rustix::fs::Dir::read_from(fd.as_fd())? {
+        let ent = ent?;
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(HostDirent {
+            name: name.to_vec(),
+            ino: ent.ino(),
+            dtype: dtype_of(ent.file_type()),
+        });
+    }
+    Ok(out)
+}
+
+fn dtype_of(t: rustix::fs::FileType) -> u32 {
+    use rustix::fs::FileType as T;
+    u32::from(match t {
+        T::RegularFile => libc::DT_REG,
+        T::Directory => libc::DT_DIR,
+        T::Symlink => libc::DT_LNK,
+        T::Fifo => libc::DT_FIFO,
+        T::Socket => libc::DT_SOCK,
+        T::CharacterDevice => libc::DT_CHR,
+        T::BlockDevice => libc::DT_BLK,
+        _ => libc::DT_UNKNOWN,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn refuses_to_climb_or_follow_symlinks() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/f"), b"x").unwrap();
+        symlink("/etc", d.path().join("esc")).unwrap();
+        symlink("sub", d.path().join("inner")).unwrap();
+        let root =
+            rustix::fs::open(d.path(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        assert!(open_path(root.as_fd(), c"sub/f").is_ok());
+        for bad in [
+            c"../x",
+            c"sub/../../x",
+            c"/etc/passwd",
+            c"esc/passwd",
+            c"inner/f",
+        ] {
+            let e = open_path(root.as_fd(), bad).unwrap_err();
+            assert!(
+                matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ELOOP)),
+                "{bad:?}: {e}"
+            );
+        }
+        // The symlink itself can be opened as O_PATH (to readlink it), never followed.
+        let l = open_path(root.as_fd(), c"esc").unwrap();
+        assert_eq!(
+            stat_fd(l.as_fd()).unwrap().st_mode & libc::S_IFMT,
+            libc::S_IFLNK
+        );
+        let names: Vec<_> = list_dir(root.as_fd())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names.len(), 3);
+    }
+}
