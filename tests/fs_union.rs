@@ -520,3 +520,49 @@ fn create_of_an_existing_name_opens_it_unless_exclusive() {
         .unwrap();
     assert_eq!(w.0, b"from a");
 }
+
+/// A tmpfs of `size` mounted on a fresh temporary directory, unmounted on drop.
+struct Tmpfs(TempDir);
+
+impl Tmpfs {
+    fn new(size: &str) -> Tmpfs {
+        let d = tempfile::tempdir().unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(d.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mounting a tmpfs needs root, as CI has");
+        Tmpfs(d)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn statfs_sums_distinct_filesystems_once() {
+    let big = Tmpfs::new("64M");
+    let small = Tmpfs::new("32M");
+    let fs = union(&[
+        (big.0.path(), "RW"),
+        (small.0.path(), "RO"),
+        (big.0.path(), "RW"),
+    ]);
+    let st = fs.statfs(&ctx(), ROOT_ID).unwrap();
+    let total = st.f_blocks * st.f_frsize;
+    assert_eq!(
+        total,
+        96 << 20,
+        "64M + 32M, the repeated branch counted once"
+    );
+    let free_before = st.f_bavail * st.f_frsize;
+    fs::write(small.0.path().join("fill"), vec![1u8; 8 << 20]).unwrap();
+    let st = fs.statfs(&ctx(), ROOT_ID).unwrap();
+    assert_eq!(free_before - st.f_bavail * st.f_frsize, 8 << 20);
+}
