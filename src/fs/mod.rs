@@ -25,6 +25,7 @@ use rustix::fs::{Mode, OFlags};
 
 pub use inode::ROOT_ID;
 
+use crate::union::policy::BranchInfo;
 use crate::union::{Branch, BranchMode, Policy};
 use handle::HandleTable;
 use inode::InodeTable;
@@ -82,6 +83,7 @@ pub struct UnionFs {
     cfg: FsConfig,
     roots: Vec<Root>,
     modes: Vec<BranchMode>,
+    infos: Vec<BranchInfo>,
     policies: Policies,
     inodes: InodeTable,
     handles: HandleTable,
@@ -112,6 +114,14 @@ impl UnionFs {
         }
         Ok(UnionFs {
             modes: cfg.branches.iter().map(|b| b.mode).collect(),
+            infos: cfg
+                .branches
+                .iter()
+                .map(|b| BranchInfo {
+                    mode: b.mode,
+                    min_free: 0,
+                })
+                .collect(),
             cfg,
             roots,
             policies: Policies {

@@ -14,6 +14,7 @@ use fuse_backend_rs::api::filesystem::Entry;
 
 use super::{errno, UnionFs};
 use crate::sys::beneath;
+use crate::union::policy::Space;
 use crate::union::{Category, Probe};
 
 /// An entry found on one branch.
@@ -54,6 +55,29 @@ impl<'a> OpeningProbe<'a> {
 }
 
 impl Probe for OpeningProbe<'_> {
+    fn space(&self, branch: usize) -> Option<Space> {
+        let st = rustix::fs::fstatvfs(self.fs.root(branch)).ok()?;
+        Some(Space {
+            avail: st.f_bavail.saturating_mul(st.f_frsize),
+            total: st.f_blocks.saturating_mul(st.f_frsize),
+            readonly: st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY),
+        })
+    }
+
+    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i128> {
+        let st = if rel == self.rel.to_bytes() && self.exists(branch, rel) {
+            self.cache.borrow()[branch].as_ref()?.as_ref()?.st
+        } else {
+            let r = CString::new(rel).ok()?;
+            beneath::stat_fd(beneath::open_path(self.fs.root(branch), &r).ok()?.as_fd()).ok()?
+        };
+        Some(i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec))
+    }
+
+    fn random(&self, bound: u64) -> u64 {
+        fastrand::u64(0..bound.max(1))
+    }
+
     fn exists(&self, branch: usize, rel: &[u8]) -> bool {
         if rel != self.rel.to_bytes() {
             return CString::new(rel)
@@ -128,7 +152,7 @@ impl UnionFs {
         };
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
-            .select(cat, &self.modes, rel.to_bytes(), &probe)
+            .select(cat, &self.infos, rel.to_bytes(), &probe)
             .map_err(errno)?;
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }

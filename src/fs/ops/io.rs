@@ -25,7 +25,12 @@ pub fn read(
     let mut done = 0usize;
     let size = size as usize;
     while done < size {
-        let n = with_file(fd, |f| w.write_from(f, size - done, offset + done as u64))?;
+        // Never ask for more than the reply buffer holds: the transport refuses that outright.
+        let want = (size - done).min(w.available_bytes());
+        if want == 0 {
+            break;
+        }
+        let n = with_file(fd, |f| w.write_from(f, want, offset + done as u64))?;
         if n == 0 {
             break;
         }

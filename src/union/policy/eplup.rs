@@ -1,0 +1,21 @@
+//! `eplup`: existing path, least used percentage (the search and action side of `lup`).
+
+use super::common::{self, Path, Pick};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    common::select(
+        cat,
+        branches,
+        rel,
+        probe,
+        Path::Existing,
+        Pick::LeastUsedPct,
+    )
+}

@@ -1,0 +1,21 @@
+//! `eppfrd`: existing path, percentage free random distribution: a random qualifying branch holding the path, weighted by available space.
+
+use super::common::{self, Path, Pick};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    common::select(
+        cat,
+        branches,
+        rel,
+        probe,
+        Path::Existing,
+        Pick::PercentFreeRandom,
+    )
+}

@@ -1,0 +1,19 @@
+//! `lup`: least used percentage: for create, the qualifying branch with the smallest used/size ratio; otherwise as `eplup`.
+
+use super::common::{self, Path, Pick};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    match cat {
+        Category::Create => {
+            common::select(cat, branches, rel, probe, Path::Any, Pick::LeastUsedPct)
+        }
+        _ => super::eplup::select(cat, branches, rel, probe),
+    }
+}

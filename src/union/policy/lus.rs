@@ -1,0 +1,17 @@
+//! `lus`: least used space: for create, the qualifying branch with the least used space; otherwise as `eplus`.
+
+use super::common::{self, Path, Pick};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    match cat {
+        Category::Create => common::select(cat, branches, rel, probe, Path::Any, Pick::LeastUsed),
+        _ => super::eplus::select(cat, branches, rel, probe),
+    }
+}

@@ -1,0 +1,17 @@
+//! `msplus`: most shared path, least used space: as `msplfs` with least used space.
+
+use super::common::{self, Pick};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    match cat {
+        Category::Create => common::most_shared_path(branches, rel, probe, Pick::LeastUsed),
+        _ => super::eplus::select(cat, branches, rel, probe),
+    }
+}

@@ -1,0 +1,22 @@
+//! `newest`: newest: of the qualifying branches holding the path, the one where it has the latest mtime (for create, the parent directory's).
+
+use super::common::{self, Path};
+use super::{BranchInfo, Category, Probe};
+
+/// See the module docs.
+pub fn select(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+) -> Result<Vec<usize>, i32> {
+    let (cands, fold) = common::filter(cat, branches, rel, probe, Path::Existing, false);
+    let mut best: Option<(i128, usize)> = None;
+    for c in &cands {
+        let t = probe.mtime(c.idx, rel).unwrap_or(i128::MIN);
+        if best.is_none_or(|(bt, _)| t > bt) {
+            best = Some((t, c.idx));
+        }
+    }
+    best.map(|(_, i)| vec![i]).ok_or(fold.errno())
+}
