@@ -23,9 +23,15 @@ pub enum LogLevel {
     Trace,
 }
 
-/// Parses a mergerfs branch list for `--branches`.
-fn parse_branch_list(s: &str) -> Result<Vec<Branch>, crate::union::branch::ParseBranchError> {
-    Branch::parse_list(s)
+/// A mergerfs branch list as given to `--branches` (`/a=RW:/b=RO`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchList(pub Vec<Branch>);
+
+impl std::str::FromStr for BranchList {
+    type Err = crate::union::branch::ParseBranchError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Branch::parse_list(s).map(BranchList)
+    }
 }
 
 /// The command line of union-virtiofsd.
@@ -49,8 +55,8 @@ pub struct Args {
     pub branch: Vec<Branch>,
 
     /// A mergerfs branch list such as `/a=RW:/b=RO`; placed after --shared-dir.
-    #[arg(long, value_name = "LIST", value_parser = parse_branch_list)]
-    pub branches: Option<Vec<Branch>>,
+    #[arg(long, value_name = "LIST")]
+    pub branches: Option<BranchList>,
 
     /// virtiofsd compatibility: share DIR as a single read-write branch (comes first).
     #[arg(long, value_name = "DIR")]

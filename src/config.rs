@@ -95,7 +95,7 @@ impl TryFrom<Args> for Config {
                 mode: crate::union::BranchMode::RW,
             });
         }
-        branches.extend(args.branches.unwrap_or_default());
+        branches.extend(args.branches.map(|l| l.0).unwrap_or_default());
         branches.extend(args.branch);
         if branches.is_empty() {
             return Err(ConfigError::NoBranches);
@@ -188,17 +188,32 @@ mod tests {
 
     #[test]
     fn bad_inputs_name_the_problem() {
-        assert!(matches!(parse(&["--socket-path=/s"]), Err(ConfigError::NoBranches)));
-        assert!(matches!(parse(&["--shared-dir=/a"]), Err(ConfigError::NoListener)));
+        assert!(matches!(
+            parse(&["--socket-path=/s"]),
+            Err(ConfigError::NoBranches)
+        ));
+        assert!(matches!(
+            parse(&["--shared-dir=/a"]),
+            Err(ConfigError::NoListener)
+        ));
         let base = ["--socket-path=/s", "--shared-dir=/a"];
         let with = |extra: &[&str]| {
             let mut v = base.to_vec();
             v.extend_from_slice(extra);
             parse(&v)
         };
-        assert!(matches!(with(&["--max-pages=0"]), Err(ConfigError::MaxPages(0))));
-        assert!(matches!(with(&["--max-pages=1021"]), Err(ConfigError::MaxPages(1021))));
-        assert!(matches!(with(&["--max-pages=99999"]), Err(ConfigError::MaxPages(99999))));
+        assert!(matches!(
+            with(&["--max-pages=0"]),
+            Err(ConfigError::MaxPages(0))
+        ));
+        assert!(matches!(
+            with(&["--max-pages=1021"]),
+            Err(ConfigError::MaxPages(1021))
+        ));
+        assert!(matches!(
+            with(&["--max-pages=99999"]),
+            Err(ConfigError::MaxPages(99999))
+        ));
         assert!(with(&["--max-pages=1"]).is_ok());
         assert!(matches!(
             with(&["--num-request-queues=0"]),
@@ -242,9 +257,21 @@ mod tests {
 
     #[test]
     fn xattr_last_flag_wins_and_timeouts_apply() {
-        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--xattr", "--no-xattr"]).unwrap();
+        let c = parse(&[
+            "--socket-path=/s",
+            "--shared-dir=/a",
+            "--xattr",
+            "--no-xattr",
+        ])
+        .unwrap();
         assert!(!c.fs.xattr);
-        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--no-xattr", "--xattr"]).unwrap();
+        let c = parse(&[
+            "--socket-path=/s",
+            "--shared-dir=/a",
+            "--no-xattr",
+            "--xattr",
+        ])
+        .unwrap();
         assert!(c.fs.xattr);
         let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--cache-timeout=0.5"]).unwrap();
         assert_eq!(c.fs.attr_timeout, Duration::from_millis(500));

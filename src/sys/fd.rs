@@ -49,13 +49,22 @@ pub fn check_listening_socket(fd: RawFd) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket"));
     }
     if sockopt_int(fd, libc::SO_DOMAIN)? != libc::AF_UNIX {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a unix socket"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a unix socket",
+        ));
     }
     if sockopt_int(fd, libc::SO_TYPE)? != libc::SOCK_STREAM {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a stream socket"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a stream socket",
+        ));
     }
     if sockopt_int(fd, libc::SO_ACCEPTCONN)? == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "socket is not listening"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket is not listening",
+        ));
     }
     Ok(())
 }
@@ -67,7 +76,10 @@ pub fn adopt_listener(fd: RawFd) -> io::Result<UnixListener> {
     check_listening_socket(fd)?;
     let mut adopted = ADOPTED.lock().unwrap_or_else(|e| e.into_inner());
     if adopted.contains(&fd) {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "fd already adopted"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "fd already adopted",
+        ));
     }
     // SAFETY: fd is open (checked above) and, being inherited from the parent and adopted only
     // once (ADOPTED), no other object in this process owns it.

@@ -66,6 +66,12 @@ where
         *self.limits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The wrapped filesystem, for assertions in tests.
+    #[cfg(test)]
+    pub(crate) fn fs_for_tests(&self) -> &F {
+        &self.fs
+    }
+
     /// Forgets the session: the filesystem drops its state as on FUSE_DESTROY.
     pub fn reset(&self) {
         self.fs.destroy();
@@ -96,11 +102,16 @@ where
             "unique={} opcode={} nodeid={} len={} uid={} pid={}",
             hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
         );
-        let result = catch_unwind(AssertUnwindSafe(|| self.serve(&hdr, mem, &chain, queue_size)))
-            .unwrap_or_else(|_| {
-                error!("unique={} opcode={}: filesystem panicked", hdr.unique, hdr.opcode);
-                Err(RequestError::Panic)
-            });
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            self.serve(&hdr, mem, &chain, queue_size)
+        }))
+        .unwrap_or_else(|_| {
+            error!(
+                "unique={} opcode={}: filesystem panicked",
+                hdr.unique, hdr.opcode
+            );
+            Err(RequestError::Panic)
+        });
         let used = match result {
             Ok(n) => n,
             Err(e) if is_no_reply(hdr.opcode) => {
@@ -133,7 +144,8 @@ where
         M: Deref + Clone,
         M::Target: GuestMemory + Sized,
     {
-        let mut r = Reader::from_descriptor_chain(mem, chain.clone()).map_err(RequestError::Chain)?;
+        let mut r =
+            Reader::from_descriptor_chain(mem, chain.clone()).map_err(RequestError::Chain)?;
         let w: Writer<'_, _> = VirtioFsWriter::new(mem, chain.clone())
             .map_err(RequestError::Chain)?
             .into();

@@ -49,7 +49,8 @@ impl Pool {
     pub fn shutdown(&self, join: bool) {
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
         if join {
-            let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            let threads =
+                std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
             for t in threads {
                 let _ = t.join();
             }
