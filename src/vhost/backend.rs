@@ -170,9 +170,11 @@ where
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // No F_CONFIG: we have no tag to offer (the frontend supplies it), QEMU warns when it is
+        // advertised, and a frontend that did read it would get an empty tag. `get_config` still
+        // answers truthfully if asked.
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIG
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
     }

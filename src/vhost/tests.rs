@@ -313,3 +313,73 @@ fn malformed_messages_get_errno_or_are_dropped() {
     let (_, reply) = serve(&d, &mem, &read_req(26, 0, 10), 26, 1024);
     assert_eq!(out_header(&reply).len, 26);
 }
+
+#[test]
+fn backend_serves_a_queue_through_the_worker_pool() {
+    use super::backend::{FsBackend, Vring};
+    use vhost_user_backend::{VhostUserBackend, VringT};
+    use virtio_bindings::virtio_ring::VRING_DESC_F_NEXT;
+    use vm_memory::GuestMemoryAtomic;
+    use vmm_sys_util::epoll::EventSet;
+
+    let mem = memory();
+    let vq = MockSplitQueue::new(&mem, 16);
+    let read = read_req(31, 10, 100);
+    let lookup = message(header(Opcode::Lookup, 32, 4), &[b"abc\0"]);
+    let (req2, reply2) = (REQ_ADDR + 0x1000, REPLY_ADDR + 0x1000);
+    mem.write_slice(&read, GuestAddress(REQ_ADDR)).unwrap();
+    mem.write_slice(&lookup, GuestAddress(req2)).unwrap();
+    let (next, wr) = (VRING_DESC_F_NEXT as u16, VRING_DESC_F_WRITE as u16);
+    let descs = [
+        SplitDescriptor::new(REQ_ADDR, read.len() as u32, next, 1),
+        SplitDescriptor::new(REPLY_ADDR, 116, wr, 0),
+        SplitDescriptor::new(req2, lookup.len() as u32, next, 3),
+        SplitDescriptor::new(reply2, 144, wr, 0),
+    ]
+    .map(RawDescriptor::from);
+    vq.add_desc_chains(&descs, 0).unwrap();
+
+    let atomic = GuestMemoryAtomic::new(mem.clone());
+    let vring = Vring::new(atomic.clone(), 16).unwrap();
+    vring.set_queue_size(16);
+    vring
+        .set_queue_info(vq.desc_table_addr().0, vq.avail_addr().0, vq.used_addr().0)
+        .unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+
+    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2).unwrap();
+    assert_eq!(backend.num_queues(), 2);
+    assert_eq!(backend.queues_per_thread(), vec![1, 2]);
+    backend.update_memory(atomic).unwrap();
+    backend
+        .handle_event(0, EventSet::IN, &[vring.clone()], 1)
+        .unwrap();
+    for _ in 0..500 {
+        if vq.used().idx().load() == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(vq.used().idx().load(), 2);
+    let mut used: Vec<(u32, u32)> = (0..2)
+        .map(|i| {
+            let e = vq.used().ring().ref_at(i).unwrap().load();
+            (e.id(), e.len())
+        })
+        .collect();
+    used.sort();
+    assert_eq!(used, vec![(0, 116), (2, 16)]);
+    let mut reply = [0u8; 116];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    assert_eq!(
+        (out_header(&reply).unique, out_header(&reply).error),
+        (31, 0)
+    );
+    assert_eq!(reply[16], 10);
+    let mut reply = [0u8; 16];
+    mem.read_slice(&mut reply, GuestAddress(reply2)).unwrap();
+    assert_eq!(out_header(&reply).error, -libc::ENOENT);
+    backend.shutdown();
+}
