@@ -353,7 +353,7 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     assert_eq!(backend.queues_per_thread(), vec![1, 2]);
     backend.update_memory(atomic).unwrap();
     backend
-        .handle_event(0, EventSet::IN, &[vring.clone()], 1)
+        .handle_event(0, EventSet::IN, std::slice::from_ref(&vring), 1)
         .unwrap();
     for _ in 0..500 {
         if vq.used().idx().load() == 2 {
