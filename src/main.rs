@@ -1,1 +1,59 @@
-fn main() {}
+//! Entry point: parse, convert, run, log one error, exit non-zero. The only place that exits.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use log::{error, LevelFilter};
+
+use union_virtiofsd::args::Args;
+use union_virtiofsd::config::Config;
+use union_virtiofsd::fs::UnionFs;
+use union_virtiofsd::sys::thread::set_umask;
+use union_virtiofsd::vhost::{self, Daemon};
+
+/// Bad command-line input or setup (like clap's own usage errors).
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.print_capabilities {
+        println!("{}", vhost::capabilities_json());
+        return ExitCode::SUCCESS;
+    }
+    env_logger::Builder::new()
+        .filter_level(LevelFilter::from(args.log_level))
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr)
+        .init();
+
+    let cfg = match Config::try_from(args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let fs = match UnionFs::new(cfg.fs) {
+        Ok(fs) => fs,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let daemon = match Daemon::new(&cfg.daemon, fs) {
+        Ok(d) => d,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The socket exists now with the inherited umask; from here on the guest's umask rules.
+    set_umask(0);
+    match daemon.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

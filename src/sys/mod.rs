@@ -4,4 +4,6 @@
 pub mod abi;
 pub mod beneath;
 pub mod creds;
+pub mod fd;
 pub mod file;
+pub mod thread;

@@ -1,1 +1,200 @@
-//! The vhost-user device: queues, FUSE_INIT negotiation, worker threads.
+//! The vhost-user device: listening socket, queues, FUSE_INIT / max_pages negotiation, worker
+//! threads. Knows descriptors and queues, nothing about files (that is `fs`).
+
+mod backend;
+mod dispatch;
+mod init;
+mod io;
+mod pool;
+mod reply;
+#[cfg(test)]
+mod tests;
+
+use std::os::unix::io::RawFd;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::thread;
+
+use fuse_backend_rs::api::filesystem::FileSystem;
+use log::{info, warn};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+pub use backend::{FsBackend, MAX_QUEUE_SIZE};
+pub use dispatch::Dispatcher;
+pub use init::{effective_max_pages, Negotiated, MAX_PAGES_LIMIT};
+
+/// Where the frontend connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// Create (replacing any stale file) and listen on this unix socket path.
+    Path(PathBuf),
+    /// Adopt this inherited, already listening unix socket.
+    Fd(RawFd),
+}
+
+/// Settings of the vhost-user device, built by `config`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Where the frontend connects.
+    pub listen: Listen,
+    /// Worker threads; 0 serves requests on the queue threads.
+    pub thread_pool_size: usize,
+    /// Ceiling for the advertised `max_pages` (1..=1020).
+    pub max_pages: u16,
+    /// Request queues offered besides the high-priority queue.
+    pub num_request_queues: u16,
+}
+
+/// Errors setting up or running the vhost-user daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket path could not be bound.
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        /// The socket path.
+        path: PathBuf,
+        /// The underlying error.
+        source: VhostUserError,
+    },
+    /// The inherited `--fd` could not be adopted.
+    #[error("cannot use inherited socket fd {fd}: {source}")]
+    AdoptFd {
+        /// The fd number.
+        fd: RawFd,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The worker pool could not be started.
+    #[error("cannot start worker threads: {0}")]
+    StartWorkers(std::io::Error),
+    /// The signal handler could not be installed.
+    #[error("cannot install signal handler: {0}")]
+    Signals(std::io::Error),
+    /// The vhost-user daemon could not be created.
+    #[error("cannot create vhost-user daemon: {0}")]
+    CreateDaemon(DaemonError),
+    /// Serving the frontend failed.
+    #[error("vhost-user session failed: {0}")]
+    Serve(DaemonError),
+}
+
+/// The JSON `--print-capabilities` prints (vhost-user.rst "backend program conventions").
+pub fn capabilities_json() -> &'static str {
+    "{\n  \"type\": \"fs\"\n}"
+}
+
+/// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
+pub struct Daemon<F: FileSystem + Send + Sync> {
+    backend: Arc<FsBackend<F>>,
+    listener: Listener,
+    path: Option<PathBuf>,
+}
+
+enum Stop {
+    Served(Result<(), DaemonError>),
+    Signal(i32),
+}
+
+impl<F> Daemon<F>
+where
+    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+{
+    /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
+    pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
+        let (listener, path) = match &cfg.listen {
+            Listen::Path(p) => (
+                Listener::new(p, true).map_err(|source| Error::Listen {
+                    path: p.clone(),
+                    source,
+                })?,
+                Some(p.clone()),
+            ),
+            Listen::Fd(fd) => {
+                let l = crate::sys::fd::adopt_listener(*fd)
+                    .map_err(|source| Error::AdoptFd { fd: *fd, source })?;
+                (Listener::from(l), None)
+            }
+        };
+        let dispatcher = Dispatcher::new(fs, cfg.max_pages);
+        let backend = FsBackend::new(dispatcher, cfg.num_request_queues, cfg.thread_pool_size)
+            .map_err(Error::StartWorkers)?;
+        Ok(Daemon {
+            backend: Arc::new(backend),
+            listener,
+            path,
+        })
+    }
+
+    /// Serves one frontend until it disconnects (Ok) or SIGTERM/SIGINT arrives (Ok); stops the
+    /// queue and worker threads before returning.
+    pub fn run(self) -> Result<(), Error> {
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<()>::new());
+        let mut daemon =
+            VhostUserDaemon::new("union-virtiofsd".to_string(), self.backend.clone(), mem)
+                .map_err(Error::CreateDaemon)?;
+        let handlers = daemon.get_epoll_handlers();
+        let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
+        let signal_handle = signals.handle();
+        let (tx, rx) = mpsc::channel();
+        let sig_tx = tx.clone();
+        thread::Builder::new()
+            .name("signals".to_string())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    let _ = sig_tx.send(Stop::Signal(sig));
+                }
+            })
+            .map_err(Error::Signals)?;
+        let mut listener = self.listener;
+        info!("waiting for a vhost-user frontend");
+        thread::Builder::new()
+            .name("vhost-user".to_string())
+            .spawn(move || {
+                let res = daemon.start(&mut listener).and_then(|()| {
+                    info!("frontend connected");
+                    daemon.wait()
+                });
+                let _ = tx.send(Stop::Served(res));
+                // Keep the listener (and its socket file) until the session is over.
+                drop(listener);
+            })
+            .map_err(Error::StartWorkers)?;
+
+        let result = match rx.recv() {
+            Ok(Stop::Signal(sig)) => {
+                info!("received signal {sig}, exiting");
+                if let Some(p) = &self.path {
+                    let _ = std::fs::remove_file(p);
+                }
+                Ok(())
+            }
+            Ok(Stop::Served(Ok(()))) => {
+                info!("frontend disconnected");
+                Ok(())
+            }
+            Ok(Stop::Served(Err(DaemonError::HandleRequest(
+                VhostUserError::Disconnected
+                | VhostUserError::PartialMessage
+                | VhostUserError::SocketBroken(_),
+            )))) => {
+                info!("frontend disconnected");
+                Ok(())
+            }
+            Ok(Stop::Served(Err(e))) => Err(Error::Serve(e)),
+            Err(_) => {
+                warn!("daemon threads vanished");
+                Ok(())
+            }
+        };
+        signal_handle.close();
+        for h in &handlers {
+            h.send_exit_event();
+        }
+        self.backend.shutdown();
+        result
+    }
+}

@@ -1,0 +1,268 @@
+//! The `VhostUserBackend` implementation: feature negotiation, the virtio-fs config space, and
+//! the per-queue event loop that pops descriptor chains and hands them to workers. Knows
+//! descriptors and queues, nothing about files.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use fuse_backend_rs::api::filesystem::FileSystem;
+use log::{debug, warn};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::QueueT;
+use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, Le32};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+use super::dispatch::Dispatcher;
+use super::pool::Pool;
+
+/// Guest memory as the vhost-user handler maps it (no dirty-page logging).
+pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap<()>>;
+/// One virtqueue shared between its event-loop thread and the workers.
+pub type Vring = VringRwLock<GuestMem>;
+
+/// Largest queue size we accept; QEMU's vhost-user-fs allows at most 1024.
+pub const MAX_QUEUE_SIZE: usize = 1024;
+/// Length of the tag field of the virtio-fs config space.
+const TAG_LEN: usize = 36;
+
+/// The virtio-fs device config space (virtio spec 5.11.4).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct VirtioFsConfig {
+    tag: [u8; TAG_LEN],
+    num_request_queues: Le32,
+}
+
+// SAFETY: plain old data of fixed layout (36 bytes + u32, no padding); every bit pattern is valid.
+unsafe impl ByteValued for VirtioFsConfig {}
+
+impl Default for VirtioFsConfig {
+    fn default() -> Self {
+        VirtioFsConfig {
+            tag: [0; TAG_LEN],
+            num_request_queues: Le32::from(0),
+        }
+    }
+}
+
+/// The virtio-fs vhost-user backend: one high-priority queue plus `num_request_queues` request
+/// queues, each served by its own event-loop thread.
+pub struct FsBackend<F: FileSystem + Send + Sync> {
+    dispatcher: Arc<Dispatcher<F>>,
+    num_request_queues: u16,
+    mem: RwLock<Option<GuestMem>>,
+    event_idx: AtomicBool,
+    pool: Option<Pool>,
+}
+
+impl<F> FsBackend<F>
+where
+    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+{
+    /// Builds the backend; `thread_pool_size == 0` serves requests on the queue threads.
+    pub fn new(
+        dispatcher: Dispatcher<F>,
+        num_request_queues: u16,
+        thread_pool_size: usize,
+    ) -> io::Result<Self> {
+        let pool = match thread_pool_size {
+            0 => None,
+            n => Some(Pool::new(n)?),
+        };
+        Ok(FsBackend {
+            dispatcher: Arc::new(dispatcher),
+            num_request_queues: num_request_queues.max(1),
+            mem: RwLock::new(None),
+            event_idx: AtomicBool::new(false),
+            pool,
+        })
+    }
+
+    /// Stops the worker pool (queued requests still finish; new ones are served inline).
+    pub fn shutdown(&self) {
+        if let Some(pool) = &self.pool {
+            pool.shutdown(false);
+        }
+    }
+
+    /// Pops every available chain of `vring` and serves it (on a worker if there is a pool).
+    fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
+        let event_idx = self.event_idx.load(Ordering::Acquire);
+        loop {
+            if event_idx {
+                vring.disable_notification().map_err(io::Error::other)?;
+            }
+            loop {
+                let (chain, queue_size) = {
+                    let mut state = vring.get_mut();
+                    let size = state.get_queue().size();
+                    match state.get_queue_mut().pop_descriptor_chain(mem.memory()) {
+                        Some(c) => (c, size),
+                        None => break,
+                    }
+                };
+                let head = chain.head_index();
+                let dispatcher = self.dispatcher.clone();
+                let worker_vring = vring.clone();
+                let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+                    let len = dispatcher.handle(chain, queue_size);
+                    complete(&worker_vring, head, len, event_idx);
+                });
+                match &self.pool {
+                    Some(pool) => {
+                        if let Err(job) = pool.spawn(job) {
+                            job();
+                        }
+                    }
+                    None => job(),
+                }
+            }
+            // With EVENT_IDX, re-check for chains queued while notifications were off.
+            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Returns a served chain to the guest and notifies it if needed.
+fn complete(vring: &Vring, head: u16, len: u32, event_idx: bool) {
+    let mut state = vring.get_mut();
+    if let Err(e) = state.add_used(head, len) {
+        warn!("cannot return descriptor {head} to the used ring: {e}");
+        return;
+    }
+    let notify = !event_idx || state.needs_notification().unwrap_or(true);
+    if notify {
+        if let Err(e) = state.signal_used_queue() {
+            warn!("cannot signal used queue: {e}");
+        }
+    }
+}
+
+impl<F> VhostUserBackend for FsBackend<F>
+where
+    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+{
+    type Bitmap = ();
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        1 + usize::from(self.num_request_queues)
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+            | (1 << VIRTIO_RING_F_EVENT_IDX)
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // No F_CONFIG: we have no tag to offer (the frontend supplies it), QEMU warns when it is
+        // advertised, and a frontend that did read it would get an empty tag. `get_config` still
+        // answers truthfully if asked.
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE
+    }
+
+    fn reset_device(&self) {
+        self.dispatcher.reset();
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Ordering::Release);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        config_bytes(self.num_request_queues, offset, size)
+    }
+
+    fn update_memory(&self, mem: GuestMem) -> io::Result<()> {
+        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        // One event-loop thread per queue, so a slow request queue never stalls hiprio.
+        (0..self.num_queues()).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK)
+            .map_err(|e| warn!("cannot create exit event: {e}"))
+            .ok()
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Vring],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            warn!("queue {thread_id}: unexpected event set {evset:?}");
+            return Ok(());
+        }
+        let Some(vring) = vrings.get(usize::from(device_event)) else {
+            warn!("queue {thread_id}: event for unknown vring {device_event}");
+            return Ok(());
+        };
+        let Some(mem) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+            warn!("queue {thread_id}: kick before the memory table was set");
+            return Ok(());
+        };
+        debug!("queue {thread_id}: kick");
+        if let Err(e) = self.drain(vring, &mem) {
+            warn!("queue {thread_id}: {e}");
+        }
+        Ok(())
+    }
+}
+
+/// The `size` bytes of the config space at `offset`, zero-padded (the tag is left empty: the
+/// frontend supplies it).
+fn config_bytes(num_request_queues: u16, offset: u32, size: u32) -> Vec<u8> {
+    let cfg = VirtioFsConfig {
+        num_request_queues: Le32::from(u32::from(num_request_queues)),
+        ..Default::default()
+    };
+    let mut out: Vec<u8> = cfg
+        .as_slice()
+        .iter()
+        .skip(offset as usize)
+        .take(size as usize)
+        .copied()
+        .collect();
+    out.resize(size as usize, 0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_space_reports_request_queues() {
+        let all = config_bytes(3, 0, 40);
+        assert_eq!(all.len(), 40);
+        assert!(all[..36].iter().all(|b| *b == 0));
+        assert_eq!(&all[36..], &3u32.to_le_bytes());
+        assert_eq!(config_bytes(2, 36, 4), 2u32.to_le_bytes());
+        assert_eq!(config_bytes(2, 38, 8), vec![0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}

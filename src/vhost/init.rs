@@ -1,0 +1,223 @@
+//! FUSE_INIT negotiation, done here instead of in fuse-backend-rs because its `Server` hard-codes
+//! `max_pages = 256`. Pure functions of the guest's offer and our limits; no I/O, no queues.
+
+use fuse_backend_rs::abi::fuse_abi::{
+    FsOptions, InitIn, InitOut, FUSE_COMPAT_22_INIT_OUT_SIZE, FUSE_COMPAT_INIT_OUT_SIZE,
+    KERNEL_MINOR_VERSION, KERNEL_MINOR_VERSION_INIT_22_OUT_SIZE,
+    KERNEL_MINOR_VERSION_INIT_OUT_SIZE, KERNEL_VERSION,
+};
+use vm_memory::ByteValued;
+
+/// The largest `max_pages` we ever advertise (virtio-fs queues are at most 1024 entries and the
+/// kernel needs 4 of them for FUSE headers).
+pub const MAX_PAGES_LIMIT: u16 = 1020;
+
+/// Descriptors the guest driver reserves per request for the FUSE in/out headers and arguments.
+const FUSE_HEADER_OVERHEAD: u16 = 4;
+
+/// What a kernel that does not know `FUSE_MAX_PAGES` uses per request.
+const KERNEL_DEFAULT_MAX_PAGES: u16 = 32;
+
+/// `max_write` for a kernel that offers neither `BIG_WRITES` nor `MAX_PAGES`.
+const SMALL_MAX_WRITE: u32 = 4096;
+
+/// The transfer limits announced to the guest in the INIT reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Pages per request the guest may use.
+    pub max_pages: u16,
+    /// Largest WRITE payload in bytes.
+    pub max_write: u32,
+}
+
+impl Negotiated {
+    /// The limits in force before INIT: the most any INIT could grant.
+    pub fn upper_bound(max_pages: u16, page_size: usize) -> Self {
+        Negotiated {
+            max_pages,
+            max_write: u32::from(max_pages) * page_size as u32,
+        }
+    }
+
+    /// Largest READ size accepted: a guest without `BIG_WRITES` still reads whole page vectors.
+    pub fn max_read(&self, page_size: usize) -> u32 {
+        self.max_write
+            .max(u32::from(self.max_pages) * page_size as u32)
+    }
+}
+
+/// Pages per request we can serve: `--max-pages`, capped by the request queue size minus the
+/// header overhead, and at least one.
+pub fn effective_max_pages(configured: u16, queue_size: u16) -> u16 {
+    configured
+        .min(MAX_PAGES_LIMIT)
+        .min(queue_size.saturating_sub(FUSE_HEADER_OVERHEAD))
+        .max(1)
+}
+
+/// The options the guest offers: `flags`, plus `flags2` when `INIT_EXT` is set.
+pub fn capable(init: &InitIn, flags2: Option<u32>) -> FsOptions {
+    let mut bits = u64::from(init.flags);
+    if let Some(f2) = flags2 {
+        bits |= u64::from(f2) << 32;
+    }
+    FsOptions::from_bits_truncate(bits)
+}
+
+/// Builds the INIT reply for a guest speaking FUSE 7.x (`init.major == KERNEL_VERSION`).
+/// `want` is what the filesystem asked for; transfer-size options are a transport concern, so
+/// `BIG_WRITES` and `MAX_PAGES` are enabled whenever the guest offers them.
+pub fn build_reply(
+    init: &InitIn,
+    capable: FsOptions,
+    want: FsOptions,
+    max_pages: u16,
+    page_size: usize,
+) -> (InitOut, Negotiated) {
+    let mut enabled = capable & (want | FsOptions::BIG_WRITES | FsOptions::MAX_PAGES);
+    if enabled.bits() >> 32 != 0 && capable.contains(FsOptions::INIT_EXT) {
+        // flags2 is only read by the kernel when INIT_EXT is echoed back.
+        enabled |= FsOptions::INIT_EXT;
+    }
+    let page = page_size as u32;
+    let negotiated = if enabled.contains(FsOptions::MAX_PAGES) {
+        Negotiated {
+            max_pages,
+            max_write: u32::from(max_pages) * page,
+        }
+    } else {
+        let pages = max_pages.min(KERNEL_DEFAULT_MAX_PAGES);
+        let max_write = if enabled.contains(FsOptions::BIG_WRITES) {
+            u32::from(pages) * page
+        } else {
+            SMALL_MAX_WRITE
+        };
+        Negotiated {
+            max_pages: pages,
+            max_write,
+        }
+    };
+    let out = InitOut {
+        major: KERNEL_VERSION,
+        minor: KERNEL_MINOR_VERSION,
+        max_readahead: init.max_readahead,
+        flags: enabled.bits() as u32,
+        max_background: u16::MAX,
+        congestion_threshold: (u16::MAX / 4) * 3,
+        max_write: negotiated.max_write,
+        time_gran: 1,
+        max_pages: if enabled.contains(FsOptions::MAX_PAGES) {
+            negotiated.max_pages
+        } else {
+            0
+        },
+        flags2: (enabled.bits() >> 32) as u32,
+        ..Default::default()
+    };
+    (out, negotiated)
+}
+
+/// The reply asking a guest with a newer major version to retry with ours.
+pub fn version_reply() -> InitOut {
+    InitOut {
+        major: KERNEL_VERSION,
+        minor: KERNEL_MINOR_VERSION,
+        ..Default::default()
+    }
+}
+
+/// The bytes of `out` an INIT reply carries for a guest speaking `minor` (old guests expect a
+/// shorter struct).
+pub fn reply_bytes(out: &InitOut, minor: u32) -> &[u8] {
+    let bytes = out.as_slice();
+    if minor < KERNEL_MINOR_VERSION_INIT_OUT_SIZE {
+        &bytes[..FUSE_COMPAT_INIT_OUT_SIZE]
+    } else if minor < KERNEL_MINOR_VERSION_INIT_22_OUT_SIZE {
+        &bytes[..FUSE_COMPAT_22_INIT_OUT_SIZE]
+    } else {
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(minor: u32, flags: FsOptions) -> InitIn {
+        InitIn {
+            major: 7,
+            minor,
+            max_readahead: 131072,
+            flags: flags.bits() as u32,
+        }
+    }
+
+    #[test]
+    fn max_pages_is_min_of_option_and_queue() {
+        assert_eq!(effective_max_pages(1020, 1024), 1020);
+        assert_eq!(effective_max_pages(1020, 256), 252);
+        assert_eq!(effective_max_pages(32, 1024), 32);
+        assert_eq!(effective_max_pages(1020, 128), 124);
+        assert_eq!(effective_max_pages(1020, 2), 1);
+        assert_eq!(effective_max_pages(2000, 4096), 1020);
+    }
+
+    #[test]
+    fn reply_advertises_max_pages_and_max_write() {
+        let caps = FsOptions::MAX_PAGES | FsOptions::BIG_WRITES | FsOptions::ASYNC_READ;
+        let init = offer(38, caps);
+        let (out, n) = build_reply(&init, caps, FsOptions::ASYNC_READ, 1020, 4096);
+        assert_eq!(out.max_pages, 1020);
+        assert_eq!(out.max_write, 1020 * 4096);
+        assert_eq!(n.max_write, 1020 * 4096);
+        assert_eq!(out.major, 7);
+        assert_eq!(out.minor, KERNEL_MINOR_VERSION);
+        assert_eq!(out.time_gran, 1);
+        assert_eq!(out.max_readahead, 131072);
+        let flags = FsOptions::from_bits_truncate(u64::from(out.flags));
+        assert!(flags.contains(FsOptions::MAX_PAGES | FsOptions::BIG_WRITES));
+        assert!(flags.contains(FsOptions::ASYNC_READ));
+        assert_eq!(reply_bytes(&out, 38).len(), 64);
+    }
+
+    #[test]
+    fn fs_cannot_enable_what_guest_lacks() {
+        let caps = FsOptions::ASYNC_READ;
+        let init = offer(38, caps);
+        let (out, n) = build_reply(&init, caps, FsOptions::all(), 1020, 4096);
+        let flags = FsOptions::from_bits_truncate(u64::from(out.flags));
+        assert_eq!(flags, FsOptions::ASYNC_READ);
+        assert_eq!(out.max_pages, 0);
+        assert_eq!(out.max_write, 4096);
+        assert_eq!(n.max_read(4096), 32 * 4096);
+    }
+
+    #[test]
+    fn big_writes_without_max_pages_uses_kernel_default() {
+        let caps = FsOptions::BIG_WRITES;
+        let (out, _) = build_reply(&offer(27, caps), caps, FsOptions::empty(), 1020, 4096);
+        assert_eq!(out.max_write, 32 * 4096);
+        assert_eq!(out.max_pages, 0);
+    }
+
+    #[test]
+    fn flags2_needs_init_ext() {
+        let hi = FsOptions::from_bits_truncate(1 << 33);
+        let caps = FsOptions::INIT_EXT | FsOptions::MAX_PAGES | hi;
+        let init = offer(38, caps);
+        assert_eq!(capable(&init, Some((caps.bits() >> 32) as u32)), caps);
+        let (out, _) = build_reply(&init, caps, hi, 32, 4096);
+        assert_eq!(out.flags2, (hi.bits() >> 32) as u32);
+        assert_ne!(u64::from(out.flags) & FsOptions::INIT_EXT.bits(), 0);
+        assert_eq!(out.max_pages, 32);
+        assert_eq!(out.max_write, 32 * 4096);
+    }
+
+    #[test]
+    fn old_minors_get_short_replies() {
+        let out = version_reply();
+        assert_eq!(reply_bytes(&out, 4).len(), 8);
+        assert_eq!(reply_bytes(&out, 22).len(), 24);
+        assert_eq!(reply_bytes(&out, 23).len(), 64);
+    }
+}

@@ -1,0 +1,98 @@
+//! A fixed pool of worker threads fed by the queue threads. Runs closures; knows nothing of
+//! FUSE or descriptors.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+
+use log::warn;
+
+use crate::sys::thread::unshare_fs;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Worker threads that run queued jobs in FIFO order.
+pub struct Pool {
+    tx: Mutex<Option<Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Pool {
+    /// Starts `size` workers (at least one). Each unshares its filesystem context first so the
+    /// fs layer may change umask or cwd per thread.
+    pub fn new(size: usize) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = (0..size.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                thread::Builder::new()
+                    .name(format!("fs-worker-{i}"))
+                    .spawn(move || worker(&rx))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Pool {
+            tx: Mutex::new(Some(tx)),
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Queues `job`; returns it back if the pool is shut down.
+    pub fn spawn(&self, job: Job) -> Result<(), Job> {
+        match self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
+
+    /// Stops accepting jobs; workers exit once the queue is drained. With `join`, waits for them.
+    pub fn shutdown(&self, join: bool) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if join {
+            let threads =
+                std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn worker(rx: &Mutex<Receiver<Job>>) {
+    if let Err(e) = unshare_fs() {
+        warn!("unshare(CLONE_FS) failed in worker: {e}");
+    }
+    loop {
+        let job = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn runs_jobs_then_stops() {
+        let pool = Pool::new(3).unwrap();
+        let n = Arc::new(AtomicUsize::new(0));
+        for _ in 0..100 {
+            let n = n.clone();
+            assert!(pool
+                .spawn(Box::new(move || {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }))
+                .is_ok());
+        }
+        pool.shutdown(true);
+        assert_eq!(n.load(Ordering::SeqCst), 100);
+        assert!(pool.spawn(Box::new(|| {})).is_err());
+    }
+}

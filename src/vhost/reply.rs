@@ -1,0 +1,91 @@
+//! Writing FUSE replies into a descriptor chain, and the per-request error type that decides
+//! which errno a guest gets when its message could not be served. Knows nothing of files.
+
+use std::io::{self, IoSlice, Write};
+use std::mem::size_of;
+
+use fuse_backend_rs::abi::fuse_abi::OutHeader;
+use fuse_backend_rs::transport::Writer;
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::ByteValued;
+
+/// Why one request failed without a reply having been written.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The request body could not be decoded (truncated or malformed).
+    #[error("cannot decode request: {0}")]
+    Decode(io::Error),
+    /// The reply could not be written into the guest's buffers.
+    #[error("cannot encode reply: {0}")]
+    Encode(io::Error),
+    /// The descriptor chain could not be mapped or split.
+    #[error("bad descriptor chain: {0}")]
+    Chain(fuse_backend_rs::transport::Error),
+    /// fuse-backend-rs's `Server` gave up on the request.
+    #[error("fuse server: {0}")]
+    Server(fuse_backend_rs::Error),
+    /// The filesystem panicked while serving the request.
+    #[error("filesystem panicked")]
+    Panic,
+}
+
+impl RequestError {
+    /// The errno the guest is told: EINVAL for its own malformed input, EIO for our failures.
+    pub fn errno(&self) -> i32 {
+        use fuse_backend_rs::Error as E;
+        match self {
+            RequestError::Decode(_) | RequestError::Chain(_) => libc::EINVAL,
+            RequestError::Server(
+                E::DecodeMessage(_)
+                | E::MissingParameter
+                | E::InvalidCString(_)
+                | E::InvalidHeaderLength
+                | E::InvalidXattrSize(_)
+                | E::InvalidMessage(_),
+            ) => libc::EINVAL,
+            RequestError::Server(E::FailedToRemapID(_)) => libc::EPERM,
+            RequestError::Server(_) | RequestError::Encode(_) | RequestError::Panic => libc::EIO,
+        }
+    }
+}
+
+/// Writes a successful reply: header plus `body`. Returns the used length.
+pub fn reply_ok<S: BitmapSlice>(
+    w: &mut Writer<'_, S>,
+    unique: u64,
+    body: &[u8],
+) -> Result<usize, RequestError> {
+    let out = OutHeader {
+        len: (size_of::<OutHeader>() + body.len()) as u32,
+        error: 0,
+        unique,
+    };
+    let n = w
+        .write_vectored(&[IoSlice::new(out.as_slice()), IoSlice::new(body)])
+        .map_err(RequestError::Encode)?;
+    Ok(n)
+}
+
+/// Writes an error reply carrying `-errno`. Returns the used length.
+pub fn reply_errno<S: BitmapSlice>(
+    w: &mut Writer<'_, S>,
+    unique: u64,
+    errno: i32,
+) -> Result<usize, RequestError> {
+    let out = OutHeader {
+        len: size_of::<OutHeader>() as u32,
+        error: -errno,
+        unique,
+    };
+    w.write_all(out.as_slice()).map_err(RequestError::Encode)?;
+    Ok(out.len as usize)
+}
+
+/// Writes an error reply for a filesystem error, EIO when it carries no errno.
+pub fn reply_io_error<S: BitmapSlice>(
+    w: &mut Writer<'_, S>,
+    unique: u64,
+    err: &io::Error,
+) -> Result<usize, RequestError> {
+    reply_errno(w, unique, err.raw_os_error().unwrap_or(libc::EIO))
+}

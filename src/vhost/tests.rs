@@ -1,0 +1,385 @@
+//! Request dispatch tests: FUSE messages are built as descriptor chains in mock guest memory
+//! (virtio-queue's `MockSplitQueue`) and the reply bytes are read back.
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::size_of;
+use std::sync::Mutex;
+
+use fuse_backend_rs::abi::fuse_abi::{
+    FsOptions, InHeader, InitIn, InitOut, Opcode, OutHeader, ReadIn, WriteIn, WriteOut,
+};
+use fuse_backend_rs::api::filesystem::{
+    Context, Entry, FileSystem, ZeroCopyReader, ZeroCopyWriter,
+};
+use virtio_bindings::virtio_ring::VRING_DESC_F_WRITE;
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::Dispatcher;
+
+const REQ_ADDR: u64 = 0x10_0000;
+const REPLY_ADDR: u64 = 0x80_0000;
+const FILE_LEN: u64 = 5000;
+
+/// A one-file filesystem: reads return `(offset + i) % 251`, writes are recorded.
+#[derive(Default)]
+struct FakeFs {
+    written: Mutex<Vec<u8>>,
+}
+
+impl FileSystem for FakeFs {
+    type Inode = u64;
+    type Handle = u64;
+
+    fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
+        Ok(FsOptions::ASYNC_READ)
+    }
+
+    fn lookup(&self, _ctx: &Context, _parent: u64, name: &CStr) -> io::Result<Entry> {
+        if name.to_bytes() == b"panic" {
+            panic!("fake filesystem bug");
+        }
+        Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+
+    fn read(
+        &self,
+        _ctx: &Context,
+        _inode: u64,
+        _handle: u64,
+        w: &mut dyn ZeroCopyWriter,
+        size: u32,
+        offset: u64,
+        _lock_owner: Option<u64>,
+        _flags: u32,
+    ) -> io::Result<usize> {
+        let end = FILE_LEN.min(offset + u64::from(size));
+        let data: Vec<u8> = (offset..end).map(|i| (i % 251) as u8).collect();
+        w.write_all(&data)?;
+        Ok(data.len())
+    }
+
+    fn write(
+        &self,
+        _ctx: &Context,
+        _inode: u64,
+        _handle: u64,
+        r: &mut dyn ZeroCopyReader,
+        size: u32,
+        _offset: u64,
+        _lock_owner: Option<u64>,
+        _delayed_write: bool,
+        _flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<usize> {
+        let mut buf = vec![0u8; size as usize];
+        r.read_exact(&mut buf)?;
+        *self.written.lock().unwrap() = buf;
+        Ok(size as usize)
+    }
+}
+
+fn memory() -> GuestMemoryMmap<()> {
+    GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()
+}
+
+fn header(opcode: Opcode, unique: u64, body_len: usize) -> InHeader {
+    InHeader {
+        len: (size_of::<InHeader>() + body_len) as u32,
+        opcode: opcode as u32,
+        unique,
+        nodeid: 1,
+        ..Default::default()
+    }
+}
+
+fn message(hdr: InHeader, parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = hdr.as_slice().to_vec();
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+/// Puts `request` in one readable descriptor and `reply_len` writable bytes after it, serves
+/// it on a queue of `queue_size`, and returns (used length, reply bytes).
+fn serve(
+    d: &Dispatcher<FakeFs>,
+    mem: &GuestMemoryMmap<()>,
+    request: &[u8],
+    reply_len: u32,
+    queue_size: u16,
+) -> (u32, Vec<u8>) {
+    mem.write_slice(request, GuestAddress(REQ_ADDR)).unwrap();
+    mem.write_slice(&vec![0xee; reply_len as usize], GuestAddress(REPLY_ADDR))
+        .unwrap();
+    let mut descs = vec![RawDescriptor::from(SplitDescriptor::new(
+        REQ_ADDR,
+        request.len() as u32,
+        0,
+        0,
+    ))];
+    if reply_len > 0 {
+        descs.push(RawDescriptor::from(SplitDescriptor::new(
+            REPLY_ADDR,
+            reply_len,
+            VRING_DESC_F_WRITE as u16,
+            0,
+        )));
+    }
+    let vq = MockSplitQueue::new(mem, 16);
+    let chain = vq.build_desc_chain(&descs).unwrap();
+    let used = d.handle(chain, queue_size);
+    let mut reply = vec![0u8; used as usize];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    (used, reply)
+}
+
+fn out_header(reply: &[u8]) -> OutHeader {
+    OutHeader::from_slice(&reply[..size_of::<OutHeader>()])
+        .copied()
+        .unwrap()
+}
+
+fn init(d: &Dispatcher<FakeFs>, mem: &GuestMemoryMmap<()>, queue_size: u16) -> InitOut {
+    let arg = InitIn {
+        major: 7,
+        minor: 38,
+        max_readahead: 0x20000,
+        flags: (FsOptions::MAX_PAGES | FsOptions::BIG_WRITES | FsOptions::ASYNC_READ).bits() as u32,
+    };
+    let req = message(
+        header(Opcode::Init, 1, size_of::<InitIn>()),
+        &[arg.as_slice()],
+    );
+    let (used, reply) = serve(d, mem, &req, 16 + 64, queue_size);
+    assert_eq!(used, 80);
+    let h = out_header(&reply);
+    assert_eq!((h.len, h.error, h.unique), (80, 0, 1));
+    *InitOut::from_slice(&reply[16..]).unwrap()
+}
+
+fn read_req(unique: u64, offset: u64, size: u32) -> Vec<u8> {
+    let arg = ReadIn {
+        fh: 3,
+        offset,
+        size,
+        ..Default::default()
+    };
+    message(
+        header(Opcode::Read, unique, size_of::<ReadIn>()),
+        &[arg.as_slice()],
+    )
+}
+
+#[test]
+fn init_reply_caps_max_pages_by_queue_size() {
+    let mem = memory();
+    let d = Dispatcher::new(FakeFs::default(), 1020);
+    let out = init(&d, &mem, 1024);
+    assert_eq!((out.major, out.minor), (7, 33));
+    assert_eq!(out.max_pages, 1020);
+    assert_eq!(out.max_write, 1020 * 4096);
+    assert_eq!(out.max_readahead, 0x20000);
+    assert_eq!(out.time_gran, 1);
+    let flags = FsOptions::from_bits_truncate(u64::from(out.flags));
+    assert!(flags.contains(FsOptions::MAX_PAGES | FsOptions::BIG_WRITES | FsOptions::ASYNC_READ));
+
+    let out = init(&d, &mem, 128);
+    assert_eq!(out.max_pages, 124);
+    assert_eq!(d.limits().max_write, 124 * 4096);
+
+    let d = Dispatcher::new(FakeFs::default(), 32);
+    assert_eq!(init(&d, &mem, 1024).max_pages, 32);
+}
+
+#[test]
+fn read_reply_carries_header_and_data() {
+    let mem = memory();
+    let d = Dispatcher::new(FakeFs::default(), 1020);
+    init(&d, &mem, 1024);
+    let (used, reply) = serve(&d, &mem, &read_req(7, 100, 300), 16 + 300, 1024);
+    assert_eq!(used, 316);
+    let h = out_header(&reply);
+    assert_eq!((h.len, h.error, h.unique), (316, 0, 7));
+    let expect: Vec<u8> = (100..400u64).map(|i| (i % 251) as u8).collect();
+    assert_eq!(&reply[16..], &expect[..]);
+
+    // Short read at end of file.
+    let (used, reply) = serve(&d, &mem, &read_req(8, 4900, 4096), 16 + 4096, 1024);
+    assert_eq!(used, 116);
+    assert_eq!(out_header(&reply).len, 116);
+}
+
+#[test]
+fn oversized_or_unbuffered_reads_get_einval() {
+    let mem = memory();
+    let d = Dispatcher::new(FakeFs::default(), 32);
+    init(&d, &mem, 1024);
+    let (_, reply) = serve(
+        &d,
+        &mem,
+        &read_req(9, 0, 32 * 4096 + 1),
+        16 + 32 * 4096 + 1,
+        1024,
+    );
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+    // Reply buffer smaller than the requested size.
+    let (used, reply) = serve(&d, &mem, &read_req(10, 0, 4096), 100, 1024);
+    assert_eq!(used, 16);
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+    assert_eq!(out_header(&reply).unique, 10);
+    // No room even for a header: nothing written.
+    assert_eq!(serve(&d, &mem, &read_req(11, 0, 4096), 8, 1024).0, 0);
+}
+
+#[test]
+fn write_larger_than_fuse_backend_cap_is_served() {
+    let mem = memory();
+    let d = Dispatcher::new(FakeFs::default(), 1020);
+    init(&d, &mem, 1024);
+    let size = 2 << 20; // 2 MiB: fuse-backend-rs's Server would answer ENOMEM.
+    let payload: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+    let arg = WriteIn {
+        fh: 3,
+        size: size as u32,
+        ..Default::default()
+    };
+    let req = message(
+        header(Opcode::Write, 12, size_of::<WriteIn>() + size),
+        &[arg.as_slice(), &payload],
+    );
+    let (used, reply) = serve(&d, &mem, &req, 16 + 8, 1024);
+    assert_eq!(used, 24);
+    let h = out_header(&reply);
+    assert_eq!((h.len, h.error, h.unique), (24, 0, 12));
+    assert_eq!(
+        WriteOut::from_slice(&reply[16..]).unwrap().size,
+        size as u32
+    );
+    assert!(*d.fs_for_tests().written.lock().unwrap() == payload);
+
+    // Claiming more payload than the chain carries is rejected.
+    let arg = WriteIn {
+        size: 8192,
+        ..Default::default()
+    };
+    let req = message(
+        header(Opcode::Write, 13, 40 + 100),
+        &[arg.as_slice(), &[1; 100]],
+    );
+    let (_, reply) = serve(&d, &mem, &req, 24, 1024);
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+}
+
+#[test]
+fn malformed_messages_get_errno_or_are_dropped() {
+    let mem = memory();
+    let d = Dispatcher::new(FakeFs::default(), 1020);
+    // Truncated header: no reply at all.
+    assert_eq!(serve(&d, &mem, &[0u8; 20], 64, 1024).0, 0);
+    // Truncated INIT body.
+    let req = message(header(Opcode::Init, 20, 4), &[&[7, 0, 0, 0]]);
+    let (_, reply) = serve(&d, &mem, &req, 80, 1024);
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+    assert_eq!(out_header(&reply).unique, 20);
+    // SYMLINK without a second name: fuse-backend-rs returns Err without replying.
+    let req = message(header(Opcode::Symlink, 21, 3), &[b"ab\0"]);
+    let (used, reply) = serve(&d, &mem, &req, 160, 1024);
+    assert_eq!(used, 16);
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+    assert_eq!(out_header(&reply).unique, 21);
+    // Opcodes in the gaps of fuse-backend-rs's enum, and unknown ones: ENOSYS.
+    for op in [7u32, 19, 50, 4096] {
+        let mut h = header(Opcode::Lookup, 22, 0);
+        h.opcode = op;
+        let (_, reply) = serve(&d, &mem, h.as_slice(), 16, 1024);
+        assert_eq!(out_header(&reply).error, -libc::ENOSYS, "opcode {op}");
+    }
+    // Truncated FORGET: never a reply.
+    let req = message(header(Opcode::Forget, 23, 2), &[&[1, 2]]);
+    assert_eq!(serve(&d, &mem, &req, 16, 1024).0, 0);
+    // Ordinary ops go through fuse-backend-rs.
+    let req = message(header(Opcode::Lookup, 24, 4), &[b"abc\0"]);
+    let (_, reply) = serve(&d, &mem, &req, 160, 1024);
+    assert_eq!(out_header(&reply).error, -libc::ENOENT);
+    // A panicking filesystem answers EIO and the dispatcher keeps serving.
+    let req = message(header(Opcode::Lookup, 25, 6), &[b"panic\0"]);
+    let (_, reply) = serve(&d, &mem, &req, 160, 1024);
+    assert_eq!(out_header(&reply).error, -libc::EIO);
+    let (_, reply) = serve(&d, &mem, &read_req(26, 0, 10), 26, 1024);
+    assert_eq!(out_header(&reply).len, 26);
+}
+
+#[test]
+fn backend_serves_a_queue_through_the_worker_pool() {
+    use super::backend::{FsBackend, Vring};
+    use vhost_user_backend::{VhostUserBackend, VringT};
+    use virtio_bindings::virtio_ring::VRING_DESC_F_NEXT;
+    use vm_memory::GuestMemoryAtomic;
+    use vmm_sys_util::epoll::EventSet;
+
+    let mem = memory();
+    let vq = MockSplitQueue::new(&mem, 16);
+    let read = read_req(31, 10, 100);
+    let lookup = message(header(Opcode::Lookup, 32, 4), &[b"abc\0"]);
+    let (req2, reply2) = (REQ_ADDR + 0x1000, REPLY_ADDR + 0x1000);
+    mem.write_slice(&read, GuestAddress(REQ_ADDR)).unwrap();
+    mem.write_slice(&lookup, GuestAddress(req2)).unwrap();
+    let (next, wr) = (VRING_DESC_F_NEXT as u16, VRING_DESC_F_WRITE as u16);
+    let descs = [
+        SplitDescriptor::new(REQ_ADDR, read.len() as u32, next, 1),
+        SplitDescriptor::new(REPLY_ADDR, 116, wr, 0),
+        SplitDescriptor::new(req2, lookup.len() as u32, next, 3),
+        SplitDescriptor::new(reply2, 144, wr, 0),
+    ]
+    .map(RawDescriptor::from);
+    vq.add_desc_chains(&descs, 0).unwrap();
+
+    let atomic = GuestMemoryAtomic::new(mem.clone());
+    let vring = Vring::new(atomic.clone(), 16).unwrap();
+    vring.set_queue_size(16);
+    vring
+        .set_queue_info(vq.desc_table_addr().0, vq.avail_addr().0, vq.used_addr().0)
+        .unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+
+    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2).unwrap();
+    assert_eq!(backend.num_queues(), 2);
+    assert_eq!(backend.queues_per_thread(), vec![1, 2]);
+    backend.update_memory(atomic).unwrap();
+    backend
+        .handle_event(0, EventSet::IN, std::slice::from_ref(&vring), 1)
+        .unwrap();
+    for _ in 0..500 {
+        if vq.used().idx().load() == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(vq.used().idx().load(), 2);
+    let mut used: Vec<(u32, u32)> = (0..2)
+        .map(|i| {
+            let e = vq.used().ring().ref_at(i).unwrap().load();
+            (e.id(), e.len())
+        })
+        .collect();
+    used.sort();
+    assert_eq!(used, vec![(0, 116), (2, 16)]);
+    let mut reply = [0u8; 116];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    assert_eq!(
+        (out_header(&reply).unique, out_header(&reply).error),
+        (31, 0)
+    );
+    assert_eq!(reply[16], 10);
+    let mut reply = [0u8; 16];
+    mem.read_slice(&mut reply, GuestAddress(reply2)).unwrap();
+    assert_eq!(out_header(&reply).error, -libc::ENOENT);
+    backend.shutdown();
+}
