@@ -41,12 +41,14 @@ pub(super) fn filter(
     let mut fold = ErrnoFold::new();
     let mut out = Vec::new();
     for (idx, b) in branches.iter().enumerate() {
-        if !cat.allows(b.mode) {
-            fold.err(libc::EROFS);
-            continue;
-        }
+        // Existence first: a path missing everywhere is ENOENT even when RO branches exist
+        // (mergerfs checks the mode first, but the guest kernel's lookup hides that case).
         if path == Path::Existing && !probe.exists(idx, rel) {
             fold.err(libc::ENOENT);
+            continue;
+        }
+        if !cat.allows(b.mode) {
+            fold.err(libc::EROFS);
             continue;
         }
         let (mut avail, mut total) = (0, 0);
