@@ -84,9 +84,35 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "LEVEL", default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,
 
-    /// How long, in seconds, the guest may cache names and attributes.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub cache_timeout: f64,
+    /// How long, in seconds, the guest may cache names and attributes (sets cache.attr and
+    /// cache.entry; default 1).
+    #[arg(long, value_name = "SECS")]
+    pub cache_timeout: Option<String>,
+
+    /// mergerfs-style union options `KEY=VALUE,...` (repeatable; see the list below).
+    #[arg(short = 'o', long = "option", value_name = "KEY=VALUE,...")]
+    pub options: Vec<String>,
+
+    /// A file of `key=value` lines with the same names as -o (may also hold `branches=`);
+    /// applied before -o and the typed flags.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Policy for creating entries (same as -o category.create=POLICY).
+    #[arg(long, value_name = "POLICY")]
+    pub category_create: Option<String>,
+
+    /// Policy for finding entries (same as -o category.search=POLICY).
+    #[arg(long, value_name = "POLICY")]
+    pub category_search: Option<String>,
+
+    /// Policy for changing entries (same as -o category.action=POLICY).
+    #[arg(long, value_name = "POLICY")]
+    pub category_action: Option<String>,
+
+    /// Minimum free space for a branch to receive new files (same as -o minfreespace=SIZE).
+    #[arg(long, value_name = "SIZE")]
+    pub minfreespace: Option<String>,
 
     /// Pass extended attributes through (default).
     #[arg(long, overrides_with = "no_xattr", action = ArgAction::SetTrue)]

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use log::{error, LevelFilter};
 
 use union_virtiofsd::args::Args;
@@ -15,7 +15,9 @@ use union_virtiofsd::vhost::{self, Daemon};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let help = union_virtiofsd::config::registry::help_text();
+    let matches = Args::command().after_help(help).get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if args.print_capabilities {
         println!("{}", vhost::capabilities_json());
         return ExitCode::SUCCESS;

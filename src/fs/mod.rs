@@ -3,9 +3,11 @@
 //! the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
 //! (that is `sys`).
 
+mod clone;
 mod handle;
 mod inode;
 mod ops;
+pub mod options;
 mod readdir_snapshot;
 mod resolve;
 
@@ -26,21 +28,18 @@ use rustix::fs::{Mode, OFlags};
 pub use inode::ROOT_ID;
 
 use crate::union::policy::BranchInfo;
-use crate::union::{Branch, BranchMode, Policy};
+use crate::union::{Branch, BranchMode};
 use handle::HandleTable;
 use inode::InodeTable;
+use options::UnionOptions;
 
 /// Everything the filesystem layer needs to know, built by `config`.
 #[derive(Clone, Debug)]
 pub struct FsConfig {
     /// Branches in priority order (first wins for lookups and name clashes).
     pub branches: Vec<Branch>,
-    /// How long the guest may cache a name lookup.
-    pub entry_timeout: Duration,
-    /// How long the guest may cache attributes.
-    pub attr_timeout: Duration,
-    /// Whether extended attributes are passed through (otherwise ENOSYS).
-    pub xattr: bool,
+    /// Policies and behaviour options.
+    pub opts: UnionOptions,
 }
 
 /// Errors setting up the filesystem layer.
@@ -70,21 +69,12 @@ struct Root {
     dev: u64,
 }
 
-/// The policies in force for each category.
-#[derive(Clone, Copy, Debug)]
-struct Policies {
-    create: Policy,
-    search: Policy,
-    action: Policy,
-}
-
 /// The union filesystem served to the guest.
 pub struct UnionFs {
     cfg: FsConfig,
     roots: Vec<Root>,
     modes: Vec<BranchMode>,
     infos: Vec<BranchInfo>,
-    policies: Policies,
     inodes: InodeTable,
     handles: HandleTable,
 }
@@ -119,16 +109,11 @@ impl UnionFs {
                 .iter()
                 .map(|b| BranchInfo {
                     mode: b.mode,
-                    min_free: 0,
+                    min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
                 })
                 .collect(),
             cfg,
             roots,
-            policies: Policies {
-                create: Policy::Epff,
-                search: Policy::Ff,
-                action: Policy::Epall,
-            },
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
         })

@@ -13,9 +13,10 @@ use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use super::{errno, UnionFs};
+use crate::fs::options::{Func, InodeCalc};
 use crate::sys::beneath;
 use crate::union::policy::Space;
-use crate::union::{Category, Probe};
+use crate::union::Probe;
 
 /// An entry found on one branch.
 pub(crate) struct Found {
@@ -123,18 +124,27 @@ fn hash_ino(parts: impl Hash) -> u64 {
     h.finish().max(2)
 }
 
-/// Union inode number of the directory at union path `rel` (the root is 1).
-pub(crate) fn dir_ino(rel: &[u8]) -> u64 {
+/// The union inode number of an entry under `calc` (`inodecalc=`): by union path, by host
+/// device and inode, or (hybrid, the default) directories by path and the rest by dev/ino, so
+/// a directory merged across branches keeps one number. The root is always 1.
+pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: u64) -> u64 {
     if rel == b"." {
-        1
-    } else {
-        hash_ino(("dir", rel))
+        return 1;
     }
-}
-
-/// Union inode number of a non-directory with host identity (`dev`, `ino`).
-pub(crate) fn devino(dev: u64, ino: u64) -> u64 {
-    hash_ino(("devino", dev, ino))
+    let by_path = || hash_ino(("path", rel));
+    let by_devino = || hash_ino(("devino", dev, ino));
+    let fold32 = |h: u64| ((h >> 32) ^ (h & 0xffff_ffff)).max(2);
+    match calc {
+        InodeCalc::Passthrough => ino,
+        InodeCalc::PathHash => by_path(),
+        InodeCalc::PathHash32 => fold32(by_path()),
+        InodeCalc::DevinoHash => by_devino(),
+        InodeCalc::DevinoHash32 => fold32(by_devino()),
+        InodeCalc::HybridHash if is_dir => by_path(),
+        InodeCalc::HybridHash => by_devino(),
+        InodeCalc::HybridHash32 if is_dir => fold32(by_path()),
+        InodeCalc::HybridHash32 => fold32(by_devino()),
+    }
 }
 
 impl UnionFs {
@@ -143,40 +153,53 @@ impl UnionFs {
         self.roots[branch].fd.as_fd()
     }
 
-    /// Runs `policy` for `cat` on `rel`, returning what the probe opened for each chosen branch.
-    fn select(&self, cat: Category, rel: &CStr) -> io::Result<Vec<Found>> {
-        let policy = match cat {
-            Category::Create => self.policies.create,
-            Category::Search => self.policies.search,
-            Category::Action => self.policies.action,
-        };
+    /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
+    fn select(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
+        let policy = self.cfg.opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
-            .select(cat, &self.infos, rel.to_bytes(), &probe)
+            .select(func.category(), &self.infos, rel.to_bytes(), &probe)
             .map_err(errno)?;
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
 
-    /// The entry at `rel` as the search policy finds it.
-    pub(crate) fn search(&self, rel: &CStr) -> io::Result<Found> {
-        let mut v = self.select(Category::Search, rel)?;
+    /// The entry at `rel` as `func`'s (search) policy finds it.
+    pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
+        let mut v = self.select(func, rel)?;
         Ok(v.swap_remove(0))
     }
 
-    /// Every copy of `rel` the action policy chooses to change (EROFS if only RO copies exist).
-    pub(crate) fn action(&self, rel: &CStr) -> io::Result<Vec<Found>> {
-        self.select(Category::Action, rel)
+    /// Every copy of `rel` that `func`'s (action) policy chooses to change (EROFS if only RO
+    /// copies exist).
+    pub(crate) fn action(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
+        self.select(func, rel)
     }
 
-    /// The branch on which a new entry in directory `parent_rel` is created, with the `O_PATH`
-    /// descriptor of that parent directory there.
-    pub(crate) fn create_target(&self, parent_rel: &CStr) -> io::Result<Found> {
-        let mut v = self.select(Category::Create, parent_rel)?;
-        let f = v.swap_remove(0);
-        if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return Err(errno(libc::ENOTDIR));
+    /// The branches on which `func` (a create) makes a new entry in directory `parent_rel`,
+    /// each with the `O_PATH` descriptor of that parent there. A policy that is not
+    /// path-preserving may choose a branch lacking the parent: its path is cloned there first.
+    pub(crate) fn create_targets(&self, func: Func, parent_rel: &CStr) -> io::Result<Vec<Found>> {
+        let policy = self.cfg.opts.policies.get(func);
+        let probe = OpeningProbe::new(self, parent_rel);
+        let chosen = policy
+            .select(func.category(), &self.infos, parent_rel.to_bytes(), &probe)
+            .map_err(errno)?;
+        let mut out = Vec::with_capacity(chosen.len());
+        for b in chosen {
+            let f = match probe.take(b) {
+                Ok(f) => f,
+                Err(_) => {
+                    let from = self.search(Func::Getattr, parent_rel)?;
+                    self.clone_path(from.branch, b, parent_rel)?;
+                    probe.open(b).ok_or_else(|| errno(libc::ENOENT))?
+                }
+            };
+            if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(errno(libc::ENOTDIR));
+            }
+            out.push(f);
         }
-        Ok(f)
+        Ok(out)
     }
 
     /// Whether `rel` exists on any branch.
@@ -196,11 +219,8 @@ impl UnionFs {
     /// The union inode number for a host entry: directories (which merge across branches) by
     /// their union path, everything else by host device and inode (mergerfs's hybrid-hash).
     pub(crate) fn union_ino(&self, st: &stat64, rel: &[u8]) -> u64 {
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            dir_ino(rel)
-        } else {
-            devino(st.st_dev, st.st_ino)
-        }
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        ino_for(self.cfg.opts.inodecalc, is_dir, rel, st.st_dev, st.st_ino)
     }
 
     /// Host attributes as the guest sees them.
@@ -223,8 +243,8 @@ impl UnionFs {
             generation: 0,
             attr: self.union_attr(st, rel.to_bytes()),
             attr_flags: 0,
-            attr_timeout: self.cfg.attr_timeout,
-            entry_timeout: self.cfg.entry_timeout,
+            attr_timeout: self.cfg.opts.cache_attr,
+            entry_timeout: self.cfg.opts.cache_entry,
         })
     }
 }

@@ -34,6 +34,9 @@ pub enum ParseBranchError {
     /// The path part is empty.
     #[error("empty branch path")]
     EmptyPath,
+    /// The per-branch minfreespace after the mode is malformed.
+    #[error(transparent)]
+    MinFree(#[from] super::size::ParseSizeError),
 }
 
 impl FromStr for BranchMode {
@@ -56,14 +59,22 @@ pub struct Branch {
     pub path: PathBuf,
     /// How the branch may be used.
     pub mode: BranchMode,
+    /// This branch's minimum free space for creates, overriding the global `minfreespace`.
+    pub min_free: Option<u64>,
 }
 
 impl FromStr for Branch {
     type Err = ParseBranchError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (path, mode) = match s.rsplit_once('=') {
-            Some((p, m)) => (p, m.parse()?),
-            None => (s, BranchMode::RW),
+        let (path, mode, min_free) = match s.rsplit_once('=') {
+            Some((p, spec)) => {
+                let (m, size) = match spec.split_once(',') {
+                    Some((m, size)) => (m, Some(super::size::parse_size(size)?)),
+                    None => (spec, None),
+                };
+                (p, m.parse()?, size)
+            }
+            None => (s, BranchMode::RW, None),
         };
         if path.is_empty() {
             return Err(ParseBranchError::EmptyPath);
@@ -71,6 +82,7 @@ impl FromStr for Branch {
         Ok(Branch {
             path: PathBuf::from(path),
             mode,
+            min_free,
         })
     }
 }
@@ -103,5 +115,11 @@ mod tests {
             Err(ParseBranchError::UnknownMode("XX".into()))
         );
         assert_eq!("=RW".parse::<Branch>(), Err(ParseBranchError::EmptyPath));
+        let b: Branch = "/d=NC,10G".parse().unwrap();
+        assert_eq!((b.mode, b.min_free), (BranchMode::NC, Some(10 << 30)));
+        assert!(matches!(
+            "/d=RW,lots".parse::<Branch>(),
+            Err(ParseBranchError::MinFree(_))
+        ));
     }
 }

@@ -4,6 +4,7 @@
 pub mod branch;
 pub mod errno;
 pub mod policy;
+pub mod size;
 
 pub use branch::{Branch, BranchMode};
 pub use errno::ErrnoFold;

@@ -6,13 +6,13 @@
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::path::Path;
-use std::time::Duration;
 
 use fuse_backend_rs::abi::fuse_abi::CreateIn;
 use fuse_backend_rs::api::filesystem::{
     Context, DirEntry, Entry, FileSystem, ZeroCopyReader, ZeroCopyWriter,
 };
 use fuse_backend_rs::file_traits::FileReadWriteVolatile;
+use union_virtiofsd::config::registry::Settings;
 use union_virtiofsd::fs::{FsConfig, UnionFs, ROOT_ID};
 use union_virtiofsd::sys::file::volatile_slice;
 use union_virtiofsd::union::Branch;
@@ -74,19 +74,25 @@ impl ZeroCopyReader for SliceReader {
     }
 }
 
-/// A union over the given branches with xattrs on and short timeouts.
-pub fn union(branches: &[(&Path, &str)]) -> UnionFs {
+/// A union over `branches` (`(path, "RW")`…) configured by a mergerfs `-o` string.
+pub fn union_with(branches: &[(&Path, &str)], options: &str) -> UnionFs {
     let branches = branches
         .iter()
         .map(|(p, m)| format!("{}={}", p.display(), m).parse::<Branch>().unwrap())
         .collect();
+    let mut s = Settings::default();
+    s.apply_list(options).unwrap();
     UnionFs::new(FsConfig {
         branches,
-        entry_timeout: Duration::from_secs(1),
-        attr_timeout: Duration::from_secs(1),
-        xattr: true,
+        opts: s.opts,
     })
     .unwrap()
+}
+
+/// The union of the issue-2 semantics: new entries go to the first RW branch that has the
+/// parent (`epff`), and no free-space floor.
+pub fn union(branches: &[(&Path, &str)]) -> UnionFs {
+    union_with(branches, "category.create=epff,minfreespace=0")
 }
 
 /// The request context of root in the guest.

@@ -11,6 +11,7 @@ use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
 use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
+use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, creds};
@@ -25,15 +26,16 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
     if let Some(fh) = handle {
         if let Ok(h) = fs.handles.file(fh, inode) {
             let st = beneath::stat_fd(h.as_file()?.fd.as_fd())?;
-            return Ok((fs.union_attr(st, b""), fs.cfg.attr_timeout));
+            return Ok((fs.union_attr(st, b""), fs.cfg.opts.cache_attr));
         }
     }
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(&rel)?;
-    Ok((fs.union_attr(f.st, rel.to_bytes()), fs.cfg.attr_timeout))
+    let f = fs.search(Func::Getattr, &rel)?;
+    Ok((fs.union_attr(f.st, rel.to_bytes()), fs.cfg.opts.cache_attr))
 }
 
-/// Applies the changes `valid` selects to every writable copy of `inode`.
+/// Applies the changes `valid` selects to the copies of `inode` that each change's function
+/// policy chooses (chmod, chown, truncate and utimens are separate mergerfs functions).
 pub fn setattr(
     fs: &UnionFs,
     ctx: &Context,
@@ -51,13 +53,27 @@ pub fn setattr(
         }
     }
     let rel = fs.inodes.path(inode)?;
-    let mut fold = ErrnoFold::new();
-    for f in fs.action(&rel)? {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid);
-        let r = apply(fs, &f, &rel, &attr, valid);
-        fold.add(&r);
+    let times = SetattrValid::ATIME
+        | SetattrValid::MTIME
+        | SetattrValid::ATIME_NOW
+        | SetattrValid::MTIME_NOW;
+    let parts = [
+        (SetattrValid::MODE, Func::Chmod),
+        (SetattrValid::UID | SetattrValid::GID, Func::Chown),
+        (SetattrValid::SIZE, Func::Truncate),
+        (times, Func::Utimens),
+    ];
+    for (mask, func) in parts {
+        if !valid.intersects(mask) {
+            continue;
+        }
+        let mut fold = ErrnoFold::new();
+        for f in fs.action(func, &rel)? {
+            let _creds = creds::switch_to(ctx.uid, ctx.gid);
+            fold.add(&apply(fs, &f, &rel, &attr, valid & mask));
+        }
+        fold.result()?;
     }
-    fold.result()?;
     getattr(fs, inode, None)
 }
 
@@ -160,7 +176,7 @@ fn apply(
 /// The target of symlink `inode`.
 pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(&rel)?;
+    let f = fs.search(Func::Readlink, &rel)?;
     if !is_type(&f.st, libc::S_IFLNK) {
         return Err(errno(libc::EINVAL));
     }
@@ -170,7 +186,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
 pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(&rel)?;
+    let f = fs.search(Func::Access, &rel)?;
     if mask & libc::W_OK as u32 != 0 && fs.modes[f.branch] == BranchMode::RO {
         return Err(errno(libc::EROFS));
     }

@@ -12,19 +12,26 @@ use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::ops::open::{guest_open_flags, open};
+use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, Found};
 use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, creds};
+use crate::union::ErrnoFold;
 
-/// Validates the name and picks the branch: (path of the new entry, parent dir on the branch).
-fn prepare(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<(CString, Found)> {
+/// Validates the name and picks the branches: (path of the new entry, parent dir on each).
+fn prepare(
+    fs: &UnionFs,
+    func: Func,
+    parent: u64,
+    name: &CStr,
+) -> io::Result<(CString, Vec<Found>)> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     if fs.exists_anywhere(&rel) {
         return Err(errno(libc::EEXIST));
     }
-    let target = fs.create_target(&fs.inodes.path(parent)?)?;
-    Ok((rel, target))
+    let targets = fs.create_targets(func, &fs.inodes.path(parent)?)?;
+    Ok((rel, targets))
 }
 
 /// Looks up what was just created on `branch` and hands the guest a node for it.
@@ -32,6 +39,33 @@ fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> 
     let fd = beneath::open_path(fs.root(branch), rel)?;
     let st = beneath::stat_fd(fd.as_fd())?;
     fs.make_entry(parent, name, rel, st)
+}
+
+/// Makes the entry with `make` in each chosen parent directory, as the caller; the entry the
+/// guest gets is the one on the first branch where it was made.
+fn make_on_each(
+    fs: &UnionFs,
+    ctx: &Context,
+    func: Func,
+    parent: u64,
+    name: &CStr,
+    make: impl Fn(&Found) -> rustix::io::Result<()>,
+) -> io::Result<Entry> {
+    let (rel, targets) = prepare(fs, func, parent, name)?;
+    let mut fold = ErrnoFold::new();
+    let mut first = None;
+    for dir in &targets {
+        let r = {
+            let _creds = creds::switch_to(ctx.uid, ctx.gid);
+            make(dir).map_err(io::Error::from)
+        };
+        fold.add(&r);
+        if r.is_ok() && first.is_none() {
+            first = Some(dir.branch);
+        }
+    }
+    fold.result()?;
+    finish(fs, parent, name, &rel, first.expect("a success was folded"))
 }
 
 /// Creates directory `name` in `parent`.
@@ -42,12 +76,10 @@ pub fn mkdir(
     name: &CStr,
     mode: u32,
 ) -> io::Result<Entry> {
-    let (rel, dir) = prepare(fs, parent, name)?;
-    {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid);
-        rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(mode & 0o7777))?;
-    }
-    finish(fs, parent, name, &rel, dir.branch)
+    let mode = Mode::from_raw_mode(mode & 0o7777);
+    make_on_each(fs, ctx, Func::Mkdir, parent, name, |d| {
+        rustix::fs::mkdirat(&d.fd, name, mode)
+    })
 }
 
 /// Creates symlink `name` → `target` in `parent`. The target is stored, never resolved on the host.
@@ -61,12 +93,9 @@ pub fn symlink(
     if target.is_empty() || target.to_bytes().len() >= libc::PATH_MAX as usize {
         return Err(errno(libc::EINVAL));
     }
-    let (rel, dir) = prepare(fs, parent, name)?;
-    {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid);
-        rustix::fs::symlinkat(target, &dir.fd, name)?;
-    }
-    finish(fs, parent, name, &rel, dir.branch)
+    make_on_each(fs, ctx, Func::Symlink, parent, name, |d| {
+        rustix::fs::symlinkat(target, &d.fd, name)
+    })
 }
 
 /// Creates a regular file, FIFO or socket node. Device nodes are refused with EPERM: the guest
@@ -86,18 +115,10 @@ pub fn mknod(
         libc::S_IFCHR | libc::S_IFBLK => return Err(errno(libc::EPERM)),
         _ => return Err(errno(libc::EINVAL)),
     };
-    let (rel, dir) = prepare(fs, parent, name)?;
-    {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid);
-        rustix::fs::mknodat(
-            &dir.fd,
-            name,
-            ftype,
-            Mode::from_raw_mode(mode & 0o7777),
-            u64::from(rdev),
-        )?;
-    }
-    finish(fs, parent, name, &rel, dir.branch)
+    let perm = Mode::from_raw_mode(mode & 0o7777);
+    make_on_each(fs, ctx, Func::Mknod, parent, name, |d| {
+        rustix::fs::mknodat(&d.fd, name, ftype, perm, u64::from(rdev))
+    })
 }
 
 /// Creates and opens regular file `name`. If it already exists (the guest's view was stale),
@@ -110,7 +131,7 @@ pub fn create(
     args: CreateIn,
 ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(args.flags);
-    let (rel, dir) = match prepare(fs, parent, name) {
+    let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
         Err(e)
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
         {
@@ -123,7 +144,10 @@ pub fn create(
                 }
             };
         }
-        r => r?,
+        r => {
+            let (rel, mut targets) = r?;
+            (rel, targets.swap_remove(0))
+        }
     };
     let fd = {
         let _creds = creds::switch_to(ctx.uid, ctx.gid);

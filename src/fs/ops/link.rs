@@ -8,6 +8,7 @@ use std::os::fd::AsFd;
 use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::AtFlags;
 
+use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, split_parent};
 use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, creds};
@@ -34,7 +35,7 @@ pub fn link(
     let new_parent = fs.inodes.path(newparent)?;
     let mut fold = ErrnoFold::new();
     let mut first = None;
-    for f in fs.action(&old_rel)? {
+    for f in fs.action(Func::Link, &old_rel)? {
         let r = (|| {
             let od = fs.dir_on(f.branch, &old_parent)?;
             let nd = fs

@@ -5,6 +5,7 @@ use std::io;
 
 use fuse_backend_rs::api::filesystem::Entry;
 
+use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::UnionFs;
 
@@ -12,6 +13,6 @@ use crate::fs::UnionFs;
 pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
-    let found = fs.search(&rel)?;
+    let found = fs.search(Func::Getattr, &rel)?;
     fs.make_entry(parent, name, &rel, found.st)
 }

@@ -9,6 +9,7 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use rustix::fs::OFlags;
 
 use crate::fs::handle::{FileHandle, Handle};
+use crate::fs::options::Func;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::BranchMode;
@@ -37,7 +38,7 @@ pub fn open(
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(flags);
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(&rel)?;
+    let f = fs.search(Func::Open, &rel)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(errno(libc::EISDIR)),

@@ -12,15 +12,16 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::handle::{DirHandle, Handle};
+use crate::fs::options::Func;
 use crate::fs::readdir_snapshot::{DirSnapshot, MergedEntry};
-use crate::fs::resolve::split_parent;
+use crate::fs::resolve::{ino_for, split_parent};
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 
 /// Opens directory `inode`.
 pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(&rel)?;
+    let f = fs.search(Func::Getattr, &rel)?;
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
     }
@@ -43,44 +44,41 @@ fn child(rel: &CStr, name: &[u8]) -> CString {
     CString::new(v).expect("host names never contain NUL")
 }
 
-fn dir_ino(rel: &CStr) -> u64 {
-    crate::fs::resolve::dir_ino(rel.to_bytes())
-}
-
-/// Builds the merged listing of directory `rel`.
+/// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
+/// it, and its number is computed as getattr would (the search policy also takes the first).
 fn snapshot(fs: &UnionFs, rel: &CStr) -> io::Result<DirSnapshot> {
+    let calc = fs.cfg.opts.inodecalc;
     let parent = if rel.to_bytes() == b"." {
         rel.to_owned()
     } else {
         split_parent(rel).0
     };
+    let ino_of = |r: &CStr| -> io::Result<u64> {
+        Ok(fs.union_ino(&fs.search(Func::Getattr, r)?.st, r.to_bytes()))
+    };
+    let dt_dir = u32::from(libc::DT_DIR);
     let mut entries = vec![
         MergedEntry {
             name: b".".to_vec(),
-            ino: dir_ino(rel),
-            dtype: u32::from(libc::DT_DIR),
+            ino: ino_of(rel)?,
+            dtype: dt_dir,
         },
         MergedEntry {
             name: b"..".to_vec(),
-            ino: dir_ino(&parent),
-            dtype: u32::from(libc::DT_DIR),
+            ino: ino_of(&parent)?,
+            dtype: dt_dir,
         },
     ];
     let mut seen = HashSet::new();
-    let mut found_any = false;
     for b in 0..fs.roots.len() {
         let Ok(dir) = fs.dir_on(b, rel) else { continue };
-        found_any = true;
         let dev = beneath::stat_fd(dir.as_fd())?.st_dev;
         for e in beneath::list_dir(dir.as_fd())? {
             if seen.contains(&e.name) {
                 continue;
             }
-            let ino = if e.dtype == u32::from(libc::DT_DIR) {
-                dir_ino(&child(rel, &e.name))
-            } else {
-                crate::fs::resolve::devino(dev, e.ino)
-            };
+            let is_dir = e.dtype == dt_dir;
+            let ino = ino_for(calc, is_dir, child(rel, &e.name).as_bytes(), dev, e.ino);
             seen.insert(e.name.clone());
             entries.push(MergedEntry {
                 name: e.name,
@@ -88,9 +86,6 @@ fn snapshot(fs: &UnionFs, rel: &CStr) -> io::Result<DirSnapshot> {
                 dtype: e.dtype,
             });
         }
-    }
-    if !found_any {
-        return Err(errno(libc::ENOENT));
     }
     Ok(DirSnapshot { entries })
 }
@@ -150,7 +145,7 @@ pub fn readdirplus(
     add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
 ) -> io::Result<()> {
     let (rel, snap) = listing(fs, inode, fh, offset)?;
-    let dot = fs.search(&rel)?.st;
+    let dot = fs.search(Func::Getattr, &rel)?.st;
     for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
@@ -164,7 +159,7 @@ pub fn readdirplus(
             }
         } else {
             let name = CString::new(e.name.clone()).expect("no NUL");
-            match fs.search(&child(&rel, &e.name)) {
+            match fs.search(Func::Getattr, &child(&rel, &e.name)) {
                 Ok(f) => fs.make_entry(inode, &name, &child(&rel, &e.name), f.st)?,
                 Err(_) => continue, // removed since the snapshot
             }

@@ -6,6 +6,7 @@ use std::io;
 
 use rustix::fs::AtFlags;
 
+use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::UnionFs;
 use crate::union::ErrnoFold;
@@ -21,7 +22,8 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
         AtFlags::empty()
     };
     let mut fold = ErrnoFold::new();
-    for f in fs.action(&rel)? {
+    let func = if dir { Func::Rmdir } else { Func::Unlink };
+    for f in fs.action(func, &rel)? {
         let r = fs
             .dir_on(f.branch, &parent_rel)
             .and_then(|d| Ok(rustix::fs::unlinkat(&d, name, flags)?));

@@ -8,6 +8,7 @@ use std::io;
 
 use rustix::fs::{AtFlags, RenameFlags};
 
+use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::{errno, UnionFs};
 use crate::union::{BranchMode, ErrnoFold};
@@ -38,7 +39,7 @@ pub fn rename(
     }
     let mut fold = ErrnoFold::new();
     let mut done = Vec::new();
-    for f in fs.action(&old_rel)? {
+    for f in fs.action(Func::Rename, &old_rel)? {
         let r = (|| {
             let od = fs.dir_on(f.branch, &old_parent)?;
             let nd = fs.dir_on(f.branch, &new_parent).map_err(|e| {

@@ -1,7 +1,7 @@
 //! SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR, passed through to the host inode via its
-//! `/proc/self/fd` name. Reads use the search policy, changes the action policy. Symlinks carry
-//! no user xattrs on Linux and are answered ENOTSUP. With `--no-xattr` every call is ENOSYS so
-//! the guest stops asking.
+//! `/proc/self/fd` name. Reads use their function's search policy, changes the action policy.
+//! Symlinks carry no user xattrs on Linux and are answered ENOTSUP. `xattr=nosys` answers
+//! ENOSYS (the guest stops asking); `xattr=noattr` reports no attributes and refuses to set any.
 
 use std::ffi::CStr;
 use std::io;
@@ -10,16 +10,18 @@ use std::os::fd::AsFd;
 use fuse_backend_rs::api::filesystem::{GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
 
+use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
 
-fn enabled(fs: &UnionFs) -> io::Result<()> {
-    if fs.cfg.xattr {
-        Ok(())
-    } else {
-        Err(errno(libc::ENOSYS))
+/// What the configured `xattr=` mode answers instead of passing through, if anything.
+fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
+    match fs.cfg.opts.xattr {
+        XattrMode::Passthrough => Ok(()),
+        XattrMode::Noattr => Err(errno(noattr)),
+        XattrMode::Nosys => Err(errno(libc::ENOSYS)),
     }
 }
 
@@ -30,15 +32,15 @@ fn target(f: &Found) -> io::Result<String> {
     Ok(beneath::proc_path(f.fd.as_fd()))
 }
 
-fn found(fs: &UnionFs, inode: u64) -> io::Result<Found> {
-    enabled(fs)?;
-    fs.search(&fs.inodes.path(inode)?)
+fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
+    fs.search(func, &fs.inodes.path(inode)?)
 }
 
 /// Value of `name` (or its size when `size` is 0).
 pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<GetxattrReply> {
+    mode_answer(fs, libc::ENODATA)?;
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
-    let f = found(fs, inode)?;
+    let f = found(fs, Func::Getxattr, inode)?;
     let p = target(&f)?;
     if size == 0 {
         return Ok(GetxattrReply::Count(
@@ -53,8 +55,15 @@ pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<
 
 /// NUL-separated names (or their total size when `size` is 0).
 pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrReply> {
+    if let Err(e) = mode_answer(fs, 0) {
+        return match e.raw_os_error() {
+            Some(0) if size == 0 => Ok(ListxattrReply::Count(0)),
+            Some(0) => Ok(ListxattrReply::Names(Vec::new())),
+            _ => Err(e),
+        };
+    }
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
-    let f = found(fs, inode)?;
+    let f = found(fs, Func::Listxattr, inode)?;
     let p = target(&f)?;
     if size == 0 {
         return Ok(ListxattrReply::Count(
@@ -67,11 +76,16 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
     Ok(ListxattrReply::Names(buf))
 }
 
-fn each_copy(fs: &UnionFs, inode: u64, op: impl Fn(&str) -> io::Result<()>) -> io::Result<()> {
-    enabled(fs)?;
+fn each_copy(
+    fs: &UnionFs,
+    func: Func,
+    inode: u64,
+    op: impl Fn(&str) -> io::Result<()>,
+) -> io::Result<()> {
+    mode_answer(fs, libc::ENOTSUP)?;
     let rel = fs.inodes.path(inode)?;
     let mut fold = ErrnoFold::new();
-    for f in fs.action(&rel)? {
+    for f in fs.action(func, &rel)? {
         fold.add(&target(&f).and_then(|p| op(&p)));
     }
     fold.result()
@@ -80,12 +94,14 @@ fn each_copy(fs: &UnionFs, inode: u64, op: impl Fn(&str) -> io::Result<()>) -> i
 /// Sets `name` on every writable copy.
 pub fn setxattr(fs: &UnionFs, inode: u64, name: &CStr, value: &[u8], flags: u32) -> io::Result<()> {
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
-    each_copy(fs, inode, |p| {
+    each_copy(fs, Func::Setxattr, inode, |p| {
         Ok(rustix::fs::setxattr(p, name, value, flags)?)
     })
 }
 
 /// Removes `name` from every writable copy.
 pub fn removexattr(fs: &UnionFs, inode: u64, name: &CStr) -> io::Result<()> {
-    each_copy(fs, inode, |p| Ok(rustix::fs::removexattr(p, name)?))
+    each_copy(fs, Func::Removexattr, inode, |p| {
+        Ok(rustix::fs::removexattr(p, name)?)
+    })
 }

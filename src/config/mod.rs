@@ -1,14 +1,19 @@
-//! Turns parsed `Args` into a checked `Config`: every cross-field rule lives here. No I/O beyond
-//! validating an inherited `--fd`; branch directories are opened later by `fs`.
+//! Turns parsed `Args` into a checked `Config`: every cross-field rule lives here, and the
+//! union options from --config, -o and typed flags go through the one registry. No I/O beyond
+//! reading --config, expanding branch globs and validating an inherited `--fd`; branch
+//! directories are opened later by `fs`.
+
+pub mod registry;
 
 use std::os::unix::io::RawFd;
-use std::time::Duration;
 
 use log::LevelFilter;
 
 use crate::args::{Args, LogLevel};
 use crate::fs::FsConfig;
+use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
+use registry::Settings;
 
 /// Largest accepted `--thread-pool-size`.
 pub const MAX_THREAD_POOL_SIZE: usize = 1024;
@@ -46,8 +51,20 @@ pub enum ConfigError {
     #[error("--thread-pool-size {0} is larger than {MAX_THREAD_POOL_SIZE}")]
     ThreadPoolSize(usize),
     /// --cache-timeout negative, not finite, or absurdly large.
-    #[error("--cache-timeout {0} is not a valid number of seconds")]
-    CacheTimeout(f64),
+    /// A union option (from -o, --config or a typed flag) is unknown or malformed.
+    #[error(transparent)]
+    Option(#[from] registry::OptionError),
+    /// The --config file cannot be read.
+    #[error("cannot read --config {path}: {source}")]
+    ReadConfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A branch path pattern is malformed or matches no directory.
+    #[error("branch pattern '{0}' matches no directory")]
+    Glob(String),
 }
 
 /// The checked configuration of one daemon run.
@@ -77,6 +94,7 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
+        let settings = union_settings(&args)?;
         let listen = match (args.socket_path, args.fd) {
             (Some(_), Some(_)) => return Err(ConfigError::TwoListeners),
             (None, None) => return Err(ConfigError::NoListener),
@@ -93,10 +111,15 @@ impl TryFrom<Args> for Config {
             branches.push(crate::union::Branch {
                 path: dir,
                 mode: crate::union::BranchMode::RW,
+                min_free: None,
             });
         }
         branches.extend(args.branches.map(|l| l.0).unwrap_or_default());
         branches.extend(args.branch);
+        if branches.is_empty() {
+            branches = settings.branches.clone();
+        }
+        let branches = expand_globs(branches)?;
         if branches.is_empty() {
             return Err(ConfigError::NoBranches);
         }
@@ -117,10 +140,6 @@ impl TryFrom<Args> for Config {
         if thread_pool_size > MAX_THREAD_POOL_SIZE {
             return Err(ConfigError::ThreadPoolSize(thread_pool_size));
         }
-        let timeout = Duration::try_from_secs_f64(args.cache_timeout)
-            .ok()
-            .filter(|d| d.as_secs() <= u64::from(u32::MAX))
-            .ok_or(ConfigError::CacheTimeout(args.cache_timeout))?;
 
         Ok(Config {
             log_level: args.log_level.into(),
@@ -132,20 +151,78 @@ impl TryFrom<Args> for Config {
             },
             fs: FsConfig {
                 branches,
-                entry_timeout: timeout,
-                attr_timeout: timeout,
-                xattr: !args.no_xattr,
+                opts: settings.opts,
             },
         })
     }
 }
 
+/// Applies, in order, the --config file, every -o list and the typed flags to the defaults.
+fn union_settings(args: &Args) -> Result<Settings, ConfigError> {
+    let mut s = Settings::default();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadConfig {
+            path: path.clone(),
+            source,
+        })?;
+        s.apply_file(&path.display().to_string(), &text)?;
+    }
+    for list in &args.options {
+        s.apply_list(list)?;
+    }
+    let typed = [
+        ("category.create", &args.category_create),
+        ("category.search", &args.category_search),
+        ("category.action", &args.category_action),
+        ("minfreespace", &args.minfreespace),
+        ("cache.attr", &args.cache_timeout),
+        ("cache.entry", &args.cache_timeout),
+    ];
+    for (key, value) in typed {
+        if let Some(v) = value {
+            s.apply(key, v)?;
+        }
+    }
+    if args.no_xattr {
+        s.apply("xattr", "nosys")?;
+    } else if args.xattr {
+        s.apply("xattr", "passthrough")?;
+    }
+    Ok(s)
+}
+
+/// Expands glob patterns in branch paths (sorted, directories only), as mergerfs does at start.
+fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
+    let mut out = Vec::with_capacity(branches.len());
+    for b in branches {
+        let text = b.path.to_string_lossy();
+        if !text.contains(['*', '?', '[']) {
+            out.push(b);
+            continue;
+        }
+        let bad = || ConfigError::Glob(text.to_string());
+        let mut paths: Vec<_> = glob::glob(&text)
+            .map_err(|_| bad())?
+            .filter_map(Result::ok)
+            .filter(|p| p.is_dir())
+            .collect();
+        if paths.is_empty() {
+            return Err(bad());
+        }
+        paths.sort();
+        out.extend(paths.into_iter().map(|path| Branch { path, ..b.clone() }));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::options::XattrMode;
     use crate::union::BranchMode;
     use clap::Parser;
     use std::path::PathBuf;
+    use std::time::Duration;
 
     fn parse(argv: &[&str]) -> Result<Config, ConfigError> {
         let mut full = vec!["union-virtiofsd"];
@@ -161,8 +238,8 @@ mod tests {
         assert_eq!(c.daemon.num_request_queues, 1);
         assert!(c.daemon.thread_pool_size >= 1);
         assert_eq!(c.log_level, LevelFilter::Info);
-        assert_eq!(c.fs.entry_timeout, Duration::from_secs(1));
-        assert!(c.fs.xattr);
+        assert_eq!(c.fs.opts.cache_entry, Duration::from_secs(1));
+        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough);
         assert_eq!(c.fs.branches.len(), 1);
         assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
     }
@@ -227,13 +304,17 @@ mod tests {
             with(&["--thread-pool-size=100000"]),
             Err(ConfigError::ThreadPoolSize(_))
         ));
+        for bad in [
+            "--cache-timeout=-1",
+            "--cache-timeout=NaN",
+            "-ocategory.create=nope",
+        ] {
+            let e = with(&[bad]).unwrap_err();
+            assert!(matches!(e, ConfigError::Option(_)), "{bad}: {e}");
+        }
         assert!(matches!(
-            with(&["--cache-timeout=-1"]),
-            Err(ConfigError::CacheTimeout(_))
-        ));
-        assert!(matches!(
-            with(&["--cache-timeout=NaN"]),
-            Err(ConfigError::CacheTimeout(_))
+            with(&["--branch=/no/such/dir*"]),
+            Err(ConfigError::Glob(_))
         ));
         assert!(matches!(
             parse(&["--fd=987654", "--shared-dir=/a"]),
@@ -264,7 +345,7 @@ mod tests {
             "--no-xattr",
         ])
         .unwrap();
-        assert!(!c.fs.xattr);
+        assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         let c = parse(&[
             "--socket-path=/s",
             "--shared-dir=/a",
@@ -272,8 +353,8 @@ mod tests {
             "--xattr",
         ])
         .unwrap();
-        assert!(c.fs.xattr);
+        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough);
         let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--cache-timeout=0.5"]).unwrap();
-        assert_eq!(c.fs.attr_timeout, Duration::from_millis(500));
+        assert_eq!(c.fs.opts.cache_attr, Duration::from_millis(500));
     }
 }

@@ -1,0 +1,363 @@
+//! The one option registry: every mergerfs-style `key=value` option, whether it comes from
+//! `-o a=b,c=d`, a config file or a typed flag, is applied to [`UnionOptions`] here. Names are
+//! mergerfs's; `_` and `-` are interchangeable. Options that only make sense for a kernel FUSE
+//! mount (allow_other, fsname…) are accepted and ignored, so an existing mergerfs configuration
+//! works unchanged.
+
+use std::time::Duration;
+
+use crate::fs::options::{
+    CacheFiles, Func, InodeCalc, StatfsIgnore, StatfsMode, UnionOptions, XattrMode,
+};
+use crate::union::policy::{Category, Policy};
+use crate::union::size::parse_size;
+use crate::union::Branch;
+
+/// Errors applying an option.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OptionError {
+    /// No option of that name exists.
+    #[error("unknown option '{0}'")]
+    Unknown(String),
+    /// The value does not fit the option.
+    #[error("option '{name}': invalid value '{value}' (expected {expected})")]
+    BadValue {
+        /// The option.
+        name: String,
+        /// What was given.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// A config file line is not `key=value`.
+    #[error("{file}:{line}: expected key=value")]
+    Syntax {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+    },
+}
+
+/// What an option setter reports when the value does not fit: what it expected.
+struct Expected(&'static str);
+
+type Setter = fn(&mut Settings, &str) -> Result<(), Expected>;
+
+/// Everything the registry can set: the union's behaviour plus branches named in a config file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// Behaviour options.
+    pub opts: UnionOptions,
+    /// Branches given with `branches=` (config files, as mergerfs allows).
+    pub branches: Vec<Branch>,
+}
+
+/// One registered option.
+pub struct OptionSpec {
+    /// The mergerfs name.
+    pub name: &'static str,
+    /// The accepted values and meaning, for `--help` and README.
+    pub help: &'static str,
+    set: Setter,
+}
+
+fn boolean(v: &str) -> Result<bool, Expected> {
+    match v {
+        "" | "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Expected("true or false")),
+    }
+}
+
+fn policy(v: &str) -> Result<Policy, Expected> {
+    v.parse()
+        .map_err(|_| Expected("a mergerfs policy name (ff, epmfs, pfrd, …)"))
+}
+
+fn seconds(v: &str) -> Result<Duration, Expected> {
+    v.parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| d.as_secs() <= u64::from(u32::MAX))
+        .ok_or(Expected("a number of seconds"))
+}
+
+fn ignored(_: &mut Settings, _: &str) -> Result<(), Expected> {
+    Ok(())
+}
+
+macro_rules! choice {
+    ($field:ident, $expected:literal, { $($text:literal => $val:expr),* $(,)? }) => {
+        |s: &mut Settings, v: &str| {
+            s.opts.$field = match v {
+                $($text => $val,)*
+                _ => return Err(Expected($expected)),
+            };
+            Ok(())
+        }
+    };
+}
+
+/// Every option, in README order.
+pub static OPTIONS: &[OptionSpec] = &[
+    OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE]] list (config files)", set: |s, v| {
+        s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;
+        Ok(())
+    } },
+    OptionSpec { name: "category.create", help: "policy for create, mkdir, mknod, symlink (default pfrd)", set: |s, v| {
+        s.opts.policies.set_category(Category::Create, policy(v)?);
+        Ok(())
+    } },
+    OptionSpec { name: "category.search", help: "policy for open, getattr, access, readlink, getxattr, listxattr (default ff)", set: |s, v| {
+        s.opts.policies.set_category(Category::Search, policy(v)?);
+        Ok(())
+    } },
+    OptionSpec { name: "category.action", help: "policy for chmod, chown, link, rename, rmdir, unlink, truncate, utimens, setxattr, removexattr (default epall)", set: |s, v| {
+        s.opts.policies.set_category(Category::Action, policy(v)?);
+        Ok(())
+    } },
+    OptionSpec { name: "minfreespace", help: "SIZE (K/M/G/T): creates skip branches with less available (default 4G)", set: |s, v| {
+        s.opts.minfreespace = parse_size(v).map_err(|_| Expected("a size such as 4G"))?;
+        Ok(())
+    } },
+    OptionSpec { name: "moveonenospc", help: "true|false|POLICY: on ENOSPC/EDQUOT during a write, move the file and retry (true = pfrd)", set: |s, v| {
+        s.opts.moveonenospc = match boolean(v) {
+            Ok(true) => Some(Policy::Pfrd),
+            Ok(false) => None,
+            Err(_) => Some(policy(v).map_err(|_| Expected("true, false or a policy name"))?),
+        };
+        Ok(())
+    } },
+    OptionSpec { name: "inodecalc", help: "passthrough|path-hash|path-hash32|devino-hash|devino-hash32|hybrid-hash|hybrid-hash32 (default hybrid-hash)", set: choice!(inodecalc, "passthrough, path-hash[32], devino-hash[32] or hybrid-hash[32]", {
+        "passthrough" => InodeCalc::Passthrough,
+        "path-hash" => InodeCalc::PathHash,
+        "path-hash32" => InodeCalc::PathHash32,
+        "devino-hash" => InodeCalc::DevinoHash,
+        "devino-hash32" => InodeCalc::DevinoHash32,
+        "hybrid-hash" => InodeCalc::HybridHash,
+        "hybrid-hash32" => InodeCalc::HybridHash32,
+    }) },
+    OptionSpec { name: "statfs", help: "base|full: sum every branch, or only those holding the path (default base)", set: choice!(statfs, "base or full", {
+        "base" => StatfsMode::Base,
+        "full" => StatfsMode::Full,
+    }) },
+    OptionSpec { name: "statfs-ignore", help: "none|ro|nc: branches statfs leaves out (default none)", set: choice!(statfs_ignore, "none, ro or nc", {
+        "none" => StatfsIgnore::None,
+        "ro" => StatfsIgnore::Ro,
+        "nc" => StatfsIgnore::Nc,
+    }) },
+    OptionSpec { name: "xattr", help: "passthrough|noattr|nosys (default passthrough)", set: choice!(xattr, "passthrough, noattr or nosys", {
+        "passthrough" => XattrMode::Passthrough,
+        "noattr" => XattrMode::Noattr,
+        "nosys" => XattrMode::Nosys,
+    }) },
+    OptionSpec { name: "nullrw", help: "true|false: reads and writes succeed without touching data (transport benchmark)", set: |s, v| {
+        s.opts.nullrw = boolean(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "cache.files", help: "libfuse|off|partial|full|auto-full: guest page cache for file data (default libfuse)", set: choice!(cache_files, "libfuse, off, partial, full or auto-full", {
+        "libfuse" => CacheFiles::Libfuse,
+        "off" => CacheFiles::Off,
+        "partial" => CacheFiles::Partial,
+        "full" => CacheFiles::Full,
+        "auto-full" => CacheFiles::AutoFull,
+    }) },
+    OptionSpec { name: "direct-io", help: "true|false: bypass the guest page cache (FOPEN_DIRECT_IO)", set: |s, v| {
+        s.opts.direct_io = boolean(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "cache.attr", help: "SECS the guest may cache attributes (default 1)", set: |s, v| {
+        s.opts.cache_attr = seconds(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "cache.entry", help: "SECS the guest may cache names (default 1)", set: |s, v| {
+        s.opts.cache_entry = seconds(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "cache.negative-entry", help: "SECS the guest may cache failed lookups (default 0)", set: |s, v| {
+        s.opts.cache_negative_entry = seconds(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "dropcacheonclose", help: "true|false: drop the host page cache of a file on close", set: |s, v| {
+        s.opts.dropcacheonclose = boolean(v)?;
+        Ok(())
+    } },
+];
+
+/// mergerfs options that configure its kernel FUSE mount or its own process and have no
+/// meaning for a vhost-user device; accepted and ignored.
+pub static NOT_APPLICABLE: &[&str] = &[
+    "allow-other",
+    "default-permissions",
+    "fsname",
+    "use-ino",
+    "threads",
+    "read-thread-count",
+    "process-thread-count",
+    "async-read",
+    "auto-cache",
+    "kernel-cache",
+    "splice-move",
+    "splice-read",
+    "splice-write",
+    "security-capability",
+    "posix-acl",
+    "nonempty",
+    "atomic-o-trunc",
+    "big-writes",
+    "cache.readdir",
+    "cache.statfs",
+    "cache.symlinks",
+    "cache.writeback",
+    "fuse-msg-size",
+    "readdirplus",
+    "parallel-direct-writes",
+];
+
+fn normalize(name: &str) -> String {
+    let n = name.trim().replace('_', "-");
+    match n.as_str() {
+        "direct-io" | "direct_io" => "direct-io".to_string(),
+        _ => n,
+    }
+}
+
+impl Settings {
+    /// Applies one `key[=value]`.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
+        let name = normalize(key);
+        if let Some(f) = name.strip_prefix("func.") {
+            let func = Func::ALL.iter().find(|x| x.name() == f);
+            let func = *func.ok_or_else(|| OptionError::Unknown(key.to_string()))?;
+            let p = policy(value).map_err(|e| bad(key, value, e))?;
+            self.opts.policies.set_func(func, p);
+            return Ok(());
+        }
+        if NOT_APPLICABLE.contains(&name.as_str()) {
+            log::info!("option '{key}' has no meaning for a virtio-fs device; ignored");
+            return ignored(self, value).map_err(|e| bad(key, value, e));
+        }
+        let spec = OPTIONS
+            .iter()
+            .find(|o| normalize(o.name) == name)
+            .ok_or_else(|| OptionError::Unknown(key.to_string()))?;
+        (spec.set)(self, value.trim()).map_err(|e| bad(key, value, e))
+    }
+
+    /// Applies a mergerfs `-o` string: `a=b,c,d=e`.
+    pub fn apply_list(&mut self, list: &str) -> Result<(), OptionError> {
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').unwrap_or((item, ""));
+            self.apply(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Applies a config file's text: one `key=value` per line, `#` comments, blank lines.
+    pub fn apply_file(&mut self, file: &str, text: &str) -> Result<(), OptionError> {
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let Some((k, v)) = line.split_once('=') else {
+                return Err(OptionError::Syntax {
+                    file: file.to_string(),
+                    line: i + 1,
+                });
+            };
+            self.apply(k, v)?;
+        }
+        Ok(())
+    }
+}
+
+fn bad(key: &str, value: &str, e: Expected) -> OptionError {
+    OptionError::BadValue {
+        name: key.to_string(),
+        value: value.to_string(),
+        expected: e.0,
+    }
+}
+
+/// The option table as text, for `--help`.
+pub fn help_text() -> String {
+    let mut s = String::from("Union options (-o KEY=VALUE,… or --config FILE; mergerfs names):\n");
+    for o in OPTIONS {
+        s.push_str(&format!("  {:<22} {}\n", o.name, o.help));
+    }
+    s.push_str("  func.<name>=POLICY     per-function policy: create mkdir mknod symlink open getattr access\n");
+    s.push_str("                         getxattr listxattr readlink chmod chown link rename rmdir unlink\n");
+    s.push_str("                         truncate utimens setxattr removexattr\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mergerfs_option_strings_apply() {
+        let mut s = Settings::default();
+        s.apply_list("category.create=mfs,minfreespace=10G,moveonenospc=true,func.getattr=newest")
+            .unwrap();
+        assert_eq!(s.opts.policies.get(Func::Mkdir), Policy::Mfs);
+        assert_eq!(s.opts.policies.get(Func::Getattr), Policy::Newest);
+        assert_eq!(s.opts.policies.get(Func::Open), Policy::Ff);
+        assert_eq!(s.opts.minfreespace, 10 << 30);
+        assert_eq!(s.opts.moveonenospc, Some(Policy::Pfrd));
+        s.apply_list("statfs_ignore=ro,cache.negative_entry=2.5,direct_io,allow_other")
+            .unwrap();
+        assert_eq!(s.opts.statfs_ignore, StatfsIgnore::Ro);
+        assert_eq!(s.opts.cache_negative_entry, Duration::from_millis(2500));
+        assert!(s.opts.direct_io);
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        let mut s = Settings::default();
+        let e = s.apply_list("category.create=bogus").unwrap_err();
+        assert!(e.to_string().contains("category.create"), "{e}");
+        assert_eq!(
+            s.apply("frobnicate", "1"),
+            Err(OptionError::Unknown("frobnicate".into()))
+        );
+        assert_eq!(
+            s.apply("func.nosuch", "ff"),
+            Err(OptionError::Unknown("func.nosuch".into()))
+        );
+        assert!(matches!(
+            s.apply("minfreespace", "lots"),
+            Err(OptionError::BadValue { .. })
+        ));
+        assert!(matches!(
+            s.apply("statfs", "half"),
+            Err(OptionError::BadValue { .. })
+        ));
+    }
+
+    #[test]
+    fn config_files() {
+        let mut s = Settings::default();
+        s.apply_file(
+            "f",
+            "# pool\nbranches=/a=RW:/b=RO,1G\n\ncategory.search = newest # x\n",
+        )
+        .unwrap();
+        assert_eq!(s.branches.len(), 2);
+        assert_eq!(s.branches[1].min_free, Some(1 << 30));
+        assert_eq!(s.opts.policies.get(Func::Readlink), Policy::Newest);
+        assert_eq!(
+            s.apply_file("f", "ok=1\njunk\n"),
+            Err(OptionError::Unknown("ok".into()))
+        );
+        assert_eq!(
+            s.apply_file("f", "xattr=nosys\njunk\n"),
+            Err(OptionError::Syntax {
+                file: "f".into(),
+                line: 2
+            })
+        );
+    }
+}

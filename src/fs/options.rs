@@ -1,0 +1,274 @@
+//! The union's behaviour settings, typed. Built by the option registry in `config` from
+//! mergerfs-style `key=value` pairs; read by the op families. No parsing here.
+
+use std::time::Duration;
+
+use crate::union::policy::{Category, Policy};
+
+/// The functions whose policy can be set one by one (`func.<name>=`), with their category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Func {
+    /// open(O_CREAT) of a new file.
+    Create,
+    /// mkdir.
+    Mkdir,
+    /// mknod.
+    Mknod,
+    /// symlink.
+    Symlink,
+    /// open of an existing file.
+    Open,
+    /// getattr / lookup.
+    Getattr,
+    /// access.
+    Access,
+    /// getxattr.
+    Getxattr,
+    /// listxattr.
+    Listxattr,
+    /// readlink.
+    Readlink,
+    /// chmod.
+    Chmod,
+    /// chown.
+    Chown,
+    /// link.
+    Link,
+    /// rename.
+    Rename,
+    /// rmdir.
+    Rmdir,
+    /// unlink.
+    Unlink,
+    /// truncate.
+    Truncate,
+    /// utimens.
+    Utimens,
+    /// setxattr.
+    Setxattr,
+    /// removexattr.
+    Removexattr,
+}
+
+impl Func {
+    /// Every function, for the registry and tests.
+    pub const ALL: [Func; 20] = [
+        Func::Create,
+        Func::Mkdir,
+        Func::Mknod,
+        Func::Symlink,
+        Func::Open,
+        Func::Getattr,
+        Func::Access,
+        Func::Getxattr,
+        Func::Listxattr,
+        Func::Readlink,
+        Func::Chmod,
+        Func::Chown,
+        Func::Link,
+        Func::Rename,
+        Func::Rmdir,
+        Func::Unlink,
+        Func::Truncate,
+        Func::Utimens,
+        Func::Setxattr,
+        Func::Removexattr,
+    ];
+
+    /// mergerfs's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Create => "create",
+            Func::Mkdir => "mkdir",
+            Func::Mknod => "mknod",
+            Func::Symlink => "symlink",
+            Func::Open => "open",
+            Func::Getattr => "getattr",
+            Func::Access => "access",
+            Func::Getxattr => "getxattr",
+            Func::Listxattr => "listxattr",
+            Func::Readlink => "readlink",
+            Func::Chmod => "chmod",
+            Func::Chown => "chown",
+            Func::Link => "link",
+            Func::Rename => "rename",
+            Func::Rmdir => "rmdir",
+            Func::Unlink => "unlink",
+            Func::Truncate => "truncate",
+            Func::Utimens => "utimens",
+            Func::Setxattr => "setxattr",
+            Func::Removexattr => "removexattr",
+        }
+    }
+
+    /// The category whose policy applies unless `func.<name>` overrides it.
+    pub fn category(self) -> Category {
+        use Func::*;
+        match self {
+            Create | Mkdir | Mknod | Symlink => Category::Create,
+            Open | Getattr | Access | Getxattr | Listxattr | Readlink => Category::Search,
+            Chmod | Chown | Link | Rename | Rmdir | Unlink | Truncate | Utimens | Setxattr
+            | Removexattr => Category::Action,
+        }
+    }
+}
+
+/// The policy for each function: category defaults with per-function overrides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policies {
+    funcs: [Policy; 20],
+}
+
+impl Policies {
+    /// mergerfs's defaults: create=pfrd, search=ff, action=epall.
+    pub fn mergerfs_defaults() -> Self {
+        let mut p = Policies {
+            funcs: [Policy::Ff; 20],
+        };
+        p.set_category(Category::Create, Policy::Pfrd);
+        p.set_category(Category::Search, Policy::Ff);
+        p.set_category(Category::Action, Policy::Epall);
+        p
+    }
+
+    /// Sets every function of `cat` (what `category.<cat>=` does).
+    pub fn set_category(&mut self, cat: Category, policy: Policy) {
+        for (i, f) in Func::ALL.iter().enumerate() {
+            if f.category() == cat {
+                self.funcs[i] = policy;
+            }
+        }
+    }
+
+    /// Sets one function (what `func.<name>=` does).
+    pub fn set_func(&mut self, func: Func, policy: Policy) {
+        self.funcs[Func::ALL.iter().position(|f| *f == func).expect("listed")] = policy;
+    }
+
+    /// The policy in force for `func`.
+    pub fn get(&self, func: Func) -> Policy {
+        self.funcs[Func::ALL.iter().position(|f| *f == func).expect("listed")]
+    }
+}
+
+/// How inode numbers shown to the guest are computed (`inodecalc=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InodeCalc {
+    /// The host inode number as is (not unique across branches).
+    Passthrough,
+    /// A hash of the union path.
+    PathHash,
+    /// `PathHash` folded to 32 bits.
+    PathHash32,
+    /// A hash of the host device and inode.
+    DevinoHash,
+    /// `DevinoHash` folded to 32 bits.
+    DevinoHash32,
+    /// Directories by path, everything else by device and inode (the default).
+    HybridHash,
+    /// `HybridHash` folded to 32 bits.
+    HybridHash32,
+}
+
+/// How free space is summed (`statfs=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatfsMode {
+    /// Every branch's filesystem, each counted once.
+    Base,
+    /// Only the branches on which the queried path exists.
+    Full,
+}
+
+/// Which branches statfs leaves out (`statfs-ignore=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatfsIgnore {
+    /// None.
+    None,
+    /// RO branches (and read-only mounts).
+    Ro,
+    /// NC branches.
+    Nc,
+}
+
+/// What xattr requests do (`xattr=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrMode {
+    /// Passed through to the host.
+    Passthrough,
+    /// Reads find nothing (ENODATA / empty list); writes fail with ENOTSUP.
+    Noattr,
+    /// ENOSYS: the guest stops sending them.
+    Nosys,
+}
+
+/// How the guest may cache file contents (`cache.files=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheFiles {
+    /// Whatever the other flags say (`direct-io` decides); mergerfs's libfuse mode.
+    Libfuse,
+    /// No page cache: every read and write goes to the daemon (FOPEN_DIRECT_IO).
+    Off,
+    /// Cached while open, dropped on open (the FUSE default).
+    Partial,
+    /// Kept across opens (FOPEN_KEEP_CACHE).
+    Full,
+    /// Kept across opens unless the file changed on the host (mtime or size).
+    AutoFull,
+}
+
+/// All behaviour settings of the union.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnionOptions {
+    /// Per-function policies.
+    pub policies: Policies,
+    /// Default minimum free space for creates, in bytes (a branch may override it).
+    pub minfreespace: u64,
+    /// On ENOSPC/EDQUOT during a write, move the file with this policy and retry.
+    pub moveonenospc: Option<Policy>,
+    /// Inode number calculation.
+    pub inodecalc: InodeCalc,
+    /// statfs summing.
+    pub statfs: StatfsMode,
+    /// statfs branch filter.
+    pub statfs_ignore: StatfsIgnore,
+    /// xattr behaviour.
+    pub xattr: XattrMode,
+    /// Reads and writes become no-ops (benchmarking the transport).
+    pub nullrw: bool,
+    /// Page-cache mode for file contents.
+    pub cache_files: CacheFiles,
+    /// Force FOPEN_DIRECT_IO (mergerfs's `direct_io`).
+    pub direct_io: bool,
+    /// Attribute cache timeout.
+    pub cache_attr: Duration,
+    /// Entry cache timeout.
+    pub cache_entry: Duration,
+    /// Negative lookup cache timeout (0: negative lookups are not cached).
+    pub cache_negative_entry: Duration,
+    /// Drop the host page cache of a file when it is closed.
+    pub dropcacheonclose: bool,
+}
+
+/// mergerfs's default minfreespace: 4 GiB.
+pub const DEFAULT_MINFREESPACE: u64 = 4 << 30;
+
+impl Default for UnionOptions {
+    fn default() -> Self {
+        UnionOptions {
+            policies: Policies::mergerfs_defaults(),
+            minfreespace: DEFAULT_MINFREESPACE,
+            moveonenospc: None,
+            inodecalc: InodeCalc::HybridHash,
+            statfs: StatfsMode::Base,
+            statfs_ignore: StatfsIgnore::None,
+            xattr: XattrMode::Passthrough,
+            nullrw: false,
+            cache_files: CacheFiles::Libfuse,
+            direct_io: false,
+            cache_attr: Duration::from_secs(1),
+            cache_entry: Duration::from_secs(1),
+            cache_negative_entry: Duration::ZERO,
+            dropcacheonclose: false,
+        }
+    }
+}
