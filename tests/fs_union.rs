@@ -521,30 +521,6 @@ fn create_of_an_existing_name_opens_it_unless_exclusive() {
     assert_eq!(w.0, b"from a");
 }
 
-/// A tmpfs of `size` mounted on a fresh temporary directory, unmounted on drop.
-struct Tmpfs(TempDir);
-
-impl Tmpfs {
-    fn new(size: &str) -> Tmpfs {
-        let d = tempfile::tempdir().unwrap();
-        let st = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(d.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "mounting a tmpfs needs root, as CI has");
-        Tmpfs(d)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
 #[test]
 fn statfs_sums_distinct_filesystems_once() {
     let big = Tmpfs::new("64M");

@@ -54,6 +54,8 @@ impl UnionFs {
             .map(|(i, _)| i)
             .chain(std::iter::once(bytes.len()));
         let mut parent_end = None;
+        // Times are restored last, deepest first: making a child bumps its parent's mtime.
+        let mut made = Vec::new();
         for end in ends {
             let path = std::ffi::CString::new(&bytes[..end]).expect("no NUL");
             let start = parent_end.map_or(0, |p| p + 1);
@@ -87,6 +89,9 @@ impl UnionFs {
             // Best effort, as mergerfs: an unprivileged daemon cannot give directories away.
             let _ = rustix::fs::chownat(&dst, c"", owner.0, owner.1, AtFlags::EMPTY_PATH);
             copy_xattrs(src.as_fd(), dst.as_fd())?;
+            made.push((dst, st));
+        }
+        for (dst, st) in made.iter().rev() {
             let times = Timestamps {
                 last_access: Timespec {
                     tv_sec: st.st_atime,
@@ -97,12 +102,8 @@ impl UnionFs {
                     tv_nsec: st.st_mtime_nsec,
                 },
             };
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                beneath::proc_path(dst.as_fd()),
-                &times,
-                AtFlags::empty(),
-            )?;
+            let path = beneath::proc_path(dst.as_fd());
+            rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::empty())?;
         }
         Ok(())
     }

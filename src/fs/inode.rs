@@ -20,6 +20,8 @@ struct Node {
     lookups: u64,
     children: u64,
     linked: bool,
+    /// (mtime, mtime_nsec, size) at the last open, for `cache.files=auto-full`.
+    stamp: Option<(i64, i64, i64)>,
 }
 
 struct Inner {
@@ -55,6 +57,7 @@ impl InodeTable {
                 lookups: 1,
                 children: 0,
                 linked: true,
+                stamp: None,
             },
         );
         InodeTable {
@@ -131,6 +134,7 @@ impl InodeTable {
                 lookups: 1,
                 children: 0,
                 linked: true,
+                stamp: None,
             },
         );
         inner.names.insert(key, id);
@@ -221,6 +225,15 @@ impl InodeTable {
         n.name = newn.to_owned();
         inner.names.insert((newp, newn.to_owned()), id);
         Self::reap(inner, oldp);
+    }
+
+    /// Records `stamp` as `id`'s content stamp and returns the previous one.
+    pub fn swap_stamp(&self, id: u64, stamp: (i64, i64, i64)) -> Option<(i64, i64, i64)> {
+        let mut inner = self.inner.write().unwrap();
+        inner
+            .nodes
+            .get_mut(&id)
+            .and_then(|n| n.stamp.replace(stamp))
     }
 
     /// Number of nodes, root included (for tests and leak checks).

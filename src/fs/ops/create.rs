@@ -160,9 +160,10 @@ pub fn create(
     };
     let st = beneath::stat_fd(fd.as_fd())?;
     let entry = fs.make_entry(parent, name, &rel, st)?;
+    let opts = crate::fs::ops::open::open_options(fs, entry.inode, &st);
     let fh = fs.handles.insert(Handle::File(FileHandle {
         fd,
         inode: entry.inode,
     }));
-    Ok((entry, Some(fh), OpenOptions::empty(), None))
+    Ok((entry, Some(fh), opts, None))
 }

@@ -9,7 +9,7 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use rustix::fs::OFlags;
 
 use crate::fs::handle::{FileHandle, Handle};
-use crate::fs::options::Func;
+use crate::fs::options::{CacheFiles, Func};
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::BranchMode;
@@ -28,6 +28,29 @@ pub fn guest_open_flags(flags: u32) -> OFlags {
 
 fn wants_write(flags: OFlags) -> bool {
     flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC)
+}
+
+/// The FOPEN flags for an open of `inode` whose host attributes are `st`: page-cache policy
+/// from `direct-io` and `cache.files` (`auto-full` keeps the cache while mtime and size are
+/// unchanged since the previous open).
+pub(crate) fn open_options(fs: &UnionFs, inode: u64, st: &libc::stat64) -> OpenOptions {
+    let o = &fs.cfg.opts;
+    if o.direct_io {
+        return OpenOptions::DIRECT_IO;
+    }
+    match o.cache_files {
+        CacheFiles::Libfuse | CacheFiles::Partial => OpenOptions::empty(),
+        CacheFiles::Off => OpenOptions::DIRECT_IO,
+        CacheFiles::Full => OpenOptions::KEEP_CACHE,
+        CacheFiles::AutoFull => {
+            let stamp = (st.st_mtime, st.st_mtime_nsec, st.st_size);
+            if fs.inodes.swap_stamp(inode, stamp) == Some(stamp) {
+                OpenOptions::KEEP_CACHE
+            } else {
+                OpenOptions::empty()
+            }
+        }
+    }
 }
 
 /// Opens `inode` on the branch the search policy finds it on.
@@ -49,14 +72,22 @@ pub fn open(
         return Err(errno(libc::EROFS));
     }
     let fd = beneath::reopen(f.fd.as_fd(), flags)?;
+    let opts = open_options(fs, inode, &f.st);
     let fh = fs.handles.insert(Handle::File(FileHandle { fd, inode }));
-    Ok((Some(fh), OpenOptions::empty(), None))
+    Ok((Some(fh), opts, None))
 }
 
-/// Closes handle `fh` of `inode`.
+/// Closes handle `fh` of `inode`; with `dropcacheonclose` the host page cache of the file is
+/// dropped first.
 pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
     fs.handles.file(fh, inode)?;
-    fs.handles.remove(fh).map(drop)
+    let h = fs.handles.remove(fh)?;
+    if fs.cfg.opts.dropcacheonclose {
+        let fd = h.as_file()?.fd.as_fd();
+        // Advisory: a failure here must not fail the close.
+        let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed);
+    }
+    Ok(())
 }
 
 /// Nothing is buffered in the daemon, so a flush only checks the handle.
