@@ -164,8 +164,8 @@ fn statfs_full_and_ignore() {
     let total = |fs: &union_virtiofsd::fs::UnionFs, ino| {
         let st = fs.statfs(&ctx(), ino).unwrap();
         (
-            st.f_blocks * st.f_frsize >> 20,
-            st.f_bavail * st.f_frsize >> 20,
+            (st.f_blocks * st.f_frsize) >> 20,
+            (st.f_bavail * st.f_frsize) >> 20,
         )
     };
     let base = union_with(&spec, "statfs=base");
