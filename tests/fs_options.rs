@@ -336,3 +336,81 @@ fn dropcacheonclose_drops_the_host_page_cache() {
         assert_eq!(resident() == 0, dropped, "{opts}");
     }
 }
+
+fn write_at(
+    fs: &union_virtiofsd::fs::UnionFs,
+    ino: u64,
+    fh: u64,
+    data: &[u8],
+    off: u64,
+) -> std::io::Result<usize> {
+    let r = &mut SliceReader(data.to_vec(), 0);
+    fs.write(
+        &ctx(),
+        ino,
+        fh,
+        r,
+        data.len() as u32,
+        off,
+        None,
+        false,
+        0,
+        0,
+    )
+}
+
+#[test]
+fn moveonenospc_moves_the_file_and_loses_no_byte() {
+    let small = Tmpfs::new("1M");
+    let big = Tmpfs::new("16M");
+    let (a, b) = (small.0.path(), big.0.path());
+    fs::create_dir(a.join("dir")).unwrap();
+    fs::set_permissions(a.join("dir"), fs::Permissions::from_mode(0o711)).unwrap();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let chunk = 256 << 10;
+
+    // Without the option the full branch answers ENOSPC.
+    let fs = union_with(&[(a, "RW"), (b, "RW")], "category.create=ff,minfreespace=0");
+    let dir = walk(&fs, "dir").unwrap();
+    let e = create_file(&fs, dir.inode, "plain", b"").unwrap();
+    let (fh, _, _) = fs.open(&ctx(), e.inode, libc::O_WRONLY as u32, 0).unwrap();
+    let res: Result<Vec<_>, _> = data
+        .chunks(chunk)
+        .enumerate()
+        .map(|(i, c)| write_at(&fs, e.inode, fh.unwrap(), c, (i * chunk) as u64))
+        .collect();
+    assert_eq!(errno_of(res), libc::ENOSPC);
+    fs.release(&ctx(), e.inode, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+    fs.unlink(&ctx(), dir.inode, &c("plain")).unwrap();
+
+    let fs = union_with(
+        &[(a, "RW"), (b, "RW")],
+        "category.create=ff,minfreespace=0,moveonenospc=mfs",
+    );
+    let dir = walk(&fs, "dir").unwrap();
+    let e = create_file(&fs, dir.inode, "big", b"").unwrap();
+    assert!(
+        a.join("dir/big").exists(),
+        "ff puts it on the small branch first"
+    );
+    let (fh, _, _) = fs.open(&ctx(), e.inode, libc::O_WRONLY as u32, 0).unwrap();
+    let fh = fh.unwrap();
+    for (i, c) in data.chunks(chunk).enumerate() {
+        assert_eq!(
+            write_at(&fs, e.inode, fh, c, (i * chunk) as u64).unwrap(),
+            c.len()
+        );
+    }
+    fs.release(&ctx(), e.inode, 0, fh, false, false, None)
+        .unwrap();
+    assert!(!a.join("dir/big").exists(), "the original is gone");
+    assert_eq!(
+        fs::read(b.join("dir/big")).unwrap(),
+        data,
+        "every byte arrived, in order"
+    );
+    let m = fs::metadata(b.join("dir")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o711, "parent path cloned");
+    assert_eq!(read_file(&fs, e.inode).unwrap().len(), data.len());
+}

@@ -17,7 +17,7 @@ fn is_dir(st: &libc::stat64) -> bool {
 }
 
 /// Copies every xattr of `src` onto `dst`; filesystems without xattr support are not an error.
-fn copy_xattrs(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn copy_xattrs(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<()> {
     let (sp, dp) = (beneath::proc_path(src), beneath::proc_path(dst));
     let len = match rustix::fs::listxattr_query(&sp) {
         Ok(n) => n,

@@ -4,17 +4,23 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use rustix::fs::OFlags;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::readdir_snapshot::DirSnapshot;
 
 /// An open regular file on one branch.
 pub struct FileHandle {
-    /// The open host file.
+    /// The open host file (its number is stable; `moveonenospc` may swap the file behind it).
     pub fd: OwnedFd,
     /// The node it was opened for.
     pub inode: u64,
+    /// The branch the file is on.
+    pub branch: AtomicUsize,
+    /// The host open flags, to reopen the file after a move.
+    pub flags: OFlags,
 }
 
 /// An open directory: the merged listing, taken when the guest first reads it.

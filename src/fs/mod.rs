@@ -6,6 +6,7 @@
 mod clone;
 mod handle;
 mod inode;
+mod movefile;
 mod ops;
 pub mod options;
 mod readdir_snapshot;
@@ -77,6 +78,8 @@ pub struct UnionFs {
     infos: Vec<BranchInfo>,
     inodes: InodeTable,
     handles: HandleTable,
+    /// Serializes `moveonenospc` moves.
+    moves: std::sync::Mutex<()>,
 }
 
 impl UnionFs {
@@ -116,6 +119,7 @@ impl UnionFs {
             roots,
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
+            moves: Default::default(),
         })
     }
 

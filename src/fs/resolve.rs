@@ -29,14 +29,14 @@ pub(crate) struct Found {
 }
 
 /// A probe over the real branches that remembers what it opened for one path.
-struct OpeningProbe<'a> {
+pub(crate) struct OpeningProbe<'a> {
     fs: &'a UnionFs,
     rel: &'a CStr,
     cache: RefCell<Vec<Option<Option<Found>>>>,
 }
 
 impl<'a> OpeningProbe<'a> {
-    fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
+    pub(crate) fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
         let cache = RefCell::new((0..fs.roots.len()).map(|_| None).collect());
         OpeningProbe { fs, rel, cache }
     }

@@ -19,3 +19,16 @@ pub fn volatile_slice(buf: &mut [u8]) -> fuse_backend_rs::file_buf::FileVolatile
     // SAFETY: `buf` is valid, exclusively borrowed memory for the slice's whole lifetime.
     unsafe { fuse_backend_rs::file_buf::FileVolatileSlice::from_mut_slice(buf) }
 }
+
+/// Makes descriptor `dst` refer to `src`'s open file (dup3), atomically for every thread using
+/// `dst`; `dst` keeps its number and its owner. Used to move an open file to another branch.
+pub fn replace_fd(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> std::io::Result<()> {
+    // SAFETY: both are valid open descriptors for the duration of the call; dup3 only changes
+    // which open file `dst`'s number refers to, and `dst` stays owned by its OwnedFd.
+    let r = unsafe { libc::dup3(src.as_raw_fd(), dst.as_raw_fd(), libc::O_CLOEXEC) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

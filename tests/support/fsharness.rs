@@ -157,7 +157,12 @@ pub fn read_file(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
     let (fh, _, _) = fs.open(&ctx(), inode, libc::O_RDONLY as u32, 0)?;
     let fh = fh.unwrap();
     let mut w = VecWriter::default();
-    fs.read(&ctx(), inode, fh, &mut w, 1 << 20, 0, None, 0)?;
+    loop {
+        let off = w.0.len() as u64;
+        if fs.read(&ctx(), inode, fh, &mut w, 1 << 20, off, None, 0)? == 0 {
+            break;
+        }
+    }
     fs.release(&ctx(), inode, 0, fh, false, false, None)?;
     Ok(w.0)
 }

@@ -164,6 +164,8 @@ pub fn create(
     let fh = fs.handles.insert(Handle::File(FileHandle {
         fd,
         inode: entry.inode,
+        branch: dir.branch.into(),
+        flags: flags & !OFlags::TRUNC,
     }));
     Ok((entry, Some(fh), opts, None))
 }

@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 use fuse_backend_rs::api::filesystem::{ZeroCopyReader, ZeroCopyWriter};
 use rustix::fs::{FallocateFlags, SeekFrom};
 
+use crate::fs::movefile::is_out_of_space;
 use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
 
@@ -59,8 +60,20 @@ pub fn write(
         return Ok(size);
     }
     let mut done = 0usize;
+    let mut moved = false;
     while done < size {
-        let n = with_file(fd, |f| r.read_to(f, size - done, offset + done as u64))?;
+        let n = match with_file(fd, |f| r.read_to(f, size - done, offset + done as u64)) {
+            // A failed read_to consumed nothing, so the rest can be retried on the new branch.
+            Err(e) if is_out_of_space(&e) && !moved && fs.cfg.opts.moveonenospc.is_some() => {
+                fs.move_on_enospc(h.as_file()?).map_err(|m| {
+                    log::warn!("moveonenospc failed: {m}");
+                    e
+                })?;
+                moved = true;
+                continue;
+            }
+            r => r?,
+        };
         if n == 0 {
             break;
         }
