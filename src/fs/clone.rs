@@ -65,13 +65,13 @@ impl UnionFs {
                 Some(p) => std::ffi::CString::new(&bytes[..p]).expect("no NUL"),
             };
             parent_end = Some(end);
-            if let Ok(fd) = beneath::open_path(self.root(to), &path) {
+            if let Ok(fd) = self.open_on(to, &path) {
                 if !is_dir(&beneath::stat_fd(fd.as_fd())?) {
                     return Err(errno(libc::ENOTDIR));
                 }
                 continue;
             }
-            let src = beneath::open_path(self.root(from), &path)?;
+            let src = self.open_on(from, &path)?;
             let st = beneath::stat_fd(src.as_fd())?;
             if !is_dir(&st) {
                 return Err(errno(libc::ENOTDIR));
@@ -81,7 +81,7 @@ impl UnionFs {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
             }
-            let dst = beneath::open_path(self.root(to), &path)?;
+            let dst = self.open_on(to, &path)?;
             let owner = (
                 Some(Uid::from_raw(st.st_uid)),
                 Some(Gid::from_raw(st.st_gid)),

@@ -76,6 +76,8 @@ pub struct UnionFs {
     roots: Vec<Root>,
     modes: Vec<BranchMode>,
     infos: Vec<BranchInfo>,
+    /// How guest paths are resolved beneath branch roots (see `follow-symlinks`).
+    resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
     handles: HandleTable,
     /// Serializes `moveonenospc` moves.
@@ -105,6 +107,12 @@ impl UnionFs {
             }
             roots.push(Root { fd, dev: st.st_dev });
         }
+        let resolve = match cfg.opts.follow_symlinks {
+            options::FollowSymlinks::Directory | options::FollowSymlinks::All => {
+                crate::sys::beneath::RESOLVE_IN_ROOT
+            }
+            _ => crate::sys::beneath::RESOLVE,
+        };
         Ok(UnionFs {
             modes: cfg.branches.iter().map(|b| b.mode).collect(),
             infos: cfg
@@ -117,6 +125,7 @@ impl UnionFs {
                 .collect(),
             cfg,
             roots,
+            resolve,
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
             moves: Default::default(),
@@ -249,14 +258,14 @@ impl FileSystem for UnionFs {
 
     fn rename(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         olddir: u64,
         oldname: &CStr,
         newdir: u64,
         newname: &CStr,
         flags: u32,
     ) -> io::Result<()> {
-        ops::rename::rename(self, olddir, oldname, newdir, newname, flags)
+        ops::rename::rename(self, ctx, olddir, oldname, newdir, newname, flags)
     }
 
     fn link(&self, ctx: &Context, inode: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {

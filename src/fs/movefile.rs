@@ -45,10 +45,10 @@ impl UnionFs {
             .map_err(errno)?
             .first()
             .ok_or_else(|| errno(libc::ENOSPC))?;
-        if beneath::open_path(self.root(to), &parent).is_err() {
+        if self.open_on(to, &parent).is_err() {
             self.clone_path(from, to, &parent)?;
         }
-        let src_path = beneath::open_path(self.root(from), &rel)?;
+        let src_path = self.open_on(from, &rel)?;
         let st = beneath::stat_fd(src_path.as_fd())?;
         let src = beneath::reopen(src_path.as_fd(), OFlags::RDONLY)?;
         let dir = self.dir_on(to, &parent)?;
@@ -86,7 +86,7 @@ impl UnionFs {
             let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
             return Err(e);
         }
-        let new_path = beneath::open_path(self.root(to), &rel)?;
+        let new_path = self.open_on(to, &rel)?;
         let reopened = beneath::reopen(new_path.as_fd(), h.flags)?;
         replace_fd(reopened.as_fd(), h.fd.as_fd())?;
         h.branch.store(to, Ordering::Release);

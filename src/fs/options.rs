@@ -216,6 +216,43 @@ pub enum CacheFiles {
     AutoFull,
 }
 
+/// What a rename that cannot stay on its branches does (`rename-exdev=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameExdev {
+    /// Answer EXDEV (the guest's `mv` then copies).
+    Passthrough,
+    /// Park the source in `.mergerfs_rename_exdev` and put a relative symlink at the target.
+    RelSymlink,
+    /// As `RelSymlink`, with an absolute symlink under `mountpoint`.
+    AbsSymlink,
+}
+
+/// What a link that cannot stay on its branch does (`link-exdev=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkExdev {
+    /// Answer EXDEV.
+    Passthrough,
+    /// A relative symlink to the source.
+    RelSymlink,
+    /// An absolute symlink to the source's host path on its branch.
+    AbsBaseSymlink,
+    /// An absolute symlink to the source under `mountpoint`.
+    AbsPoolSymlink,
+}
+
+/// When host symlinks are shown as what they point to (`follow-symlinks=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowSymlinks {
+    /// Never: symlinks are symlinks.
+    Never,
+    /// Symlinks to directories.
+    Directory,
+    /// Symlinks to regular files.
+    Regular,
+    /// Symlinks to directories and regular files.
+    All,
+}
+
 /// All behaviour settings of the union.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnionOptions {
@@ -247,6 +284,20 @@ pub struct UnionOptions {
     pub cache_negative_entry: Duration,
     /// Drop the host page cache of a file when it is closed.
     pub dropcacheonclose: bool,
+    /// Rename fallback on EXDEV.
+    pub rename_exdev: RenameExdev,
+    /// Link fallback on EXDEV.
+    pub link_exdev: LinkExdev,
+    /// Where the guest mounts the share (for the absolute-symlink EXDEV modes).
+    pub mountpoint: String,
+    /// Which host symlinks are shown as their targets (resolved inside their branch only).
+    pub follow_symlinks: FollowSymlinks,
+    /// Break hard links before a file is opened for writing.
+    pub link_cow: bool,
+    /// Show old, unwritable files as symlinks to their host path.
+    pub symlinkify: bool,
+    /// How old (mtime and ctime) a file must be for `symlinkify`.
+    pub symlinkify_timeout: Duration,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -269,6 +320,13 @@ impl Default for UnionOptions {
             cache_entry: Duration::from_secs(1),
             cache_negative_entry: Duration::ZERO,
             dropcacheonclose: false,
+            rename_exdev: RenameExdev::Passthrough,
+            link_exdev: LinkExdev::Passthrough,
+            mountpoint: "/mnt".to_string(),
+            follow_symlinks: FollowSymlinks::Never,
+            link_cow: false,
+            symlinkify: false,
+            symlinkify_timeout: Duration::from_secs(3600),
         }
     }
 }

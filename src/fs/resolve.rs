@@ -13,7 +13,7 @@ use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use super::{errno, UnionFs};
-use crate::fs::options::{Func, InodeCalc};
+use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
 use crate::union::policy::Space;
 use crate::union::Probe;
@@ -42,9 +42,7 @@ impl<'a> OpeningProbe<'a> {
     }
 
     fn open(&self, branch: usize) -> Option<Found> {
-        let fd = beneath::open_path(self.fs.root(branch), self.rel).ok()?;
-        let st = beneath::stat_fd(fd.as_fd()).ok()?;
-        Some(Found { branch, fd, st })
+        self.fs.find_on(branch, self.rel)
     }
 
     fn take(&self, branch: usize) -> io::Result<Found> {
@@ -70,7 +68,7 @@ impl Probe for OpeningProbe<'_> {
             self.cache.borrow()[branch].as_ref()?.as_ref()?.st
         } else {
             let r = CString::new(rel).ok()?;
-            beneath::stat_fd(beneath::open_path(self.fs.root(branch), &r).ok()?.as_fd()).ok()?
+            beneath::stat_fd(self.fs.open_on(branch, &r).ok()?.as_fd()).ok()?
         };
         Some(i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec))
     }
@@ -83,7 +81,7 @@ impl Probe for OpeningProbe<'_> {
         if rel != self.rel.to_bytes() {
             return CString::new(rel)
                 .ok()
-                .and_then(|r| beneath::open_path(self.fs.root(branch), &r).ok())
+                .and_then(|r| self.fs.open_on(branch, &r).ok())
                 .is_some();
         }
         let mut cache = self.cache.borrow_mut();
@@ -204,12 +202,53 @@ impl UnionFs {
 
     /// Whether `rel` exists on any branch.
     pub(crate) fn exists_anywhere(&self, rel: &CStr) -> bool {
-        (0..self.roots.len()).any(|b| beneath::open_path(self.root(b), rel).is_ok())
+        (0..self.roots.len()).any(|b| self.open_on(b, rel).is_ok())
     }
 
-    /// The `O_PATH` descriptor of directory `rel` on `branch`.
+    /// `rel` on `branch` as an `O_PATH` descriptor, never following its last component.
+    /// Earlier components follow symlinks (inside the branch) only when `follow-symlinks`
+    /// covers directories; otherwise no symlink is ever followed.
+    pub(crate) fn open_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
+        beneath::open_path_with(self.root(branch), rel, self.resolve, false)
+    }
+
+    /// `rel` on `branch` as lookups see it: a symlink whose target kind `follow-symlinks`
+    /// covers is shown as its target (resolved inside the branch).
+    pub(crate) fn find_on(&self, branch: usize, rel: &CStr) -> Option<Found> {
+        let fd = self.open_on(branch, rel).ok()?;
+        let st = beneath::stat_fd(fd.as_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK
+            && self.cfg.opts.follow_symlinks != FollowSymlinks::Never
+        {
+            let followed =
+                beneath::open_path_with(self.root(branch), rel, beneath::RESOLVE_IN_ROOT, true)
+                    .ok()
+                    .and_then(|t| Some((beneath::stat_fd(t.as_fd()).ok()?, t)));
+            if let Some((tst, t)) = followed {
+                let kind = tst.st_mode & libc::S_IFMT;
+                let follow = match self.cfg.opts.follow_symlinks {
+                    FollowSymlinks::Never => false,
+                    FollowSymlinks::Directory => kind == libc::S_IFDIR,
+                    FollowSymlinks::Regular => kind == libc::S_IFREG,
+                    FollowSymlinks::All => kind == libc::S_IFDIR || kind == libc::S_IFREG,
+                };
+                if follow {
+                    return Some(Found {
+                        branch,
+                        fd: t,
+                        st: tst,
+                    });
+                }
+            }
+        }
+        Some(Found { branch, fd, st })
+    }
+
+    /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
     pub(crate) fn dir_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
-        let fd = beneath::open_path(self.root(branch), rel)?;
+        let Some(Found { fd, .. }) = self.find_on(branch, rel) else {
+            return Err(errno(libc::ENOENT));
+        };
         if beneath::stat_fd(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(errno(libc::ENOTDIR));
         }

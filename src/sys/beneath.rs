@@ -20,6 +20,31 @@ pub fn open_path(root: BorrowedFd<'_>, rel: &CStr) -> io::Result<OwnedFd> {
     open_beneath(root, rel, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty())
 }
 
+/// Opens `rel` beneath `root` as an `O_PATH` descriptor with explicit resolve flags; the last
+/// component is followed only when `follow_last` is set. With `RESOLVE_IN_ROOT` a symlink is
+/// resolved as if `root` were `/`, so it still cannot lead outside.
+pub fn open_path_with(
+    root: BorrowedFd<'_>,
+    rel: &CStr,
+    resolve: ResolveFlags,
+    follow_last: bool,
+) -> io::Result<OwnedFd> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if !follow_last {
+        flags |= OFlags::NOFOLLOW;
+    }
+    Ok(rustix::fs::openat2(
+        root,
+        rel,
+        flags,
+        Mode::empty(),
+        resolve,
+    )?)
+}
+
+/// Resolve flags that follow symlinks but keep every step inside the root.
+pub const RESOLVE_IN_ROOT: ResolveFlags = ResolveFlags::IN_ROOT.union(ResolveFlags::NO_MAGICLINKS);
+
 /// Opens `rel` beneath `root` with `flags` (O_NOFOLLOW and O_CLOEXEC are always added) and
 /// `mode` for O_CREAT.
 pub fn open_beneath(

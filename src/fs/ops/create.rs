@@ -36,7 +36,7 @@ fn prepare(
 
 /// Looks up what was just created on `branch` and hands the guest a node for it.
 fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
-    let fd = beneath::open_path(fs.root(branch), rel)?;
+    let fd = fs.open_on(branch, rel)?;
     let st = beneath::stat_fd(fd.as_fd())?;
     fs.make_entry(parent, name, rel, st)
 }

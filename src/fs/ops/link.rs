@@ -1,14 +1,18 @@
-//! LINK: a hard link is made on each writable branch holding the source whose copy of the new
-//! parent directory exists; EXDEV if there is none (links cannot cross branches).
+//! LINK, as mergerfs does it: a hard link is made on each branch the link policy selects. With
+//! a path-preserving create policy a branch lacking the new parent answers EXDEV; otherwise the
+//! parent is cloned there first. On EXDEV, `link-exdev` may make a symlink instead (relative,
+//! to the host path on the source's branch, or under `mountpoint`); the guest then gets the
+//! source's attributes with no caching, as mergerfs replies.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::AtFlags;
 
-use crate::fs::options::Func;
+use crate::fs::options::{Func, LinkExdev};
 use crate::fs::resolve::{check_name, split_parent};
 use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, creds};
@@ -31,15 +35,41 @@ pub fn link(
     if fs.exists_anywhere(&new_rel) {
         return Err(errno(libc::EEXIST));
     }
-    let (old_parent, old_name) = split_parent(&old_rel);
     let new_parent = fs.inodes.path(newparent)?;
+    match link_on_branches(fs, ctx, &old_rel, &new_parent, newname) {
+        Ok(branch) => {
+            let fd = fs.open_on(branch, &new_rel)?;
+            let st = beneath::stat_fd(fd.as_fd())?;
+            fs.make_entry(newparent, newname, &new_rel, st)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            exdev(fs, ctx, &old_rel, &new_parent, newparent, newname)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Links on every branch the link policy selects; returns the first branch that succeeded.
+fn link_on_branches(
+    fs: &UnionFs,
+    ctx: &Context,
+    old_rel: &CStr,
+    new_parent: &CStr,
+    newname: &CStr,
+) -> io::Result<usize> {
+    let (old_parent, old_name) = split_parent(old_rel);
+    let preserve = fs.cfg.opts.policies.get(Func::Create).path_preserving();
     let mut fold = ErrnoFold::new();
     let mut first = None;
-    for f in fs.action(Func::Link, &old_rel)? {
+    for f in fs.action(Func::Link, old_rel)? {
+        if !preserve && fs.dir_on(f.branch, new_parent).is_err() {
+            let from = fs.search(Func::Getattr, new_parent)?.branch;
+            fs.clone_path(from, f.branch, new_parent)?;
+        }
         let r = (|| {
             let od = fs.dir_on(f.branch, &old_parent)?;
             let nd = fs
-                .dir_on(f.branch, &new_parent)
+                .dir_on(f.branch, new_parent)
                 .map_err(|_| errno(libc::EXDEV))?;
             let _creds = creds::switch_to(ctx.uid, ctx.gid);
             Ok::<_, io::Error>(rustix::fs::linkat(
@@ -56,8 +86,80 @@ pub fn link(
         }
     }
     fold.result()?;
-    let branch = first.expect("a success was folded");
-    let fd = beneath::open_path(fs.root(branch), &new_rel)?;
-    let st = beneath::stat_fd(fd.as_fd())?;
-    fs.make_entry(newparent, newname, &new_rel, st)
+    Ok(first.expect("a success was folded"))
+}
+
+/// The `link-exdev` fallback.
+fn exdev(
+    fs: &UnionFs,
+    ctx: &Context,
+    old_rel: &CStr,
+    new_parent: &CStr,
+    newparent: u64,
+    newname: &CStr,
+) -> io::Result<Entry> {
+    let target: Vec<u8> = match fs.cfg.opts.link_exdev {
+        LinkExdev::Passthrough => return Err(errno(libc::EXDEV)),
+        LinkExdev::RelSymlink => relative(old_rel.to_bytes(), new_parent.to_bytes()),
+        LinkExdev::AbsBaseSymlink => {
+            let f = fs.search(Func::Open, old_rel)?;
+            let mut t = fs.cfg.branches[f.branch]
+                .path
+                .as_os_str()
+                .as_encoded_bytes()
+                .to_vec();
+            t.push(b'/');
+            t.extend_from_slice(old_rel.to_bytes());
+            t
+        }
+        LinkExdev::AbsPoolSymlink => {
+            let mut t = fs
+                .cfg
+                .opts
+                .mountpoint
+                .trim_end_matches('/')
+                .as_bytes()
+                .to_vec();
+            t.push(b'/');
+            t.extend_from_slice(old_rel.to_bytes());
+            t
+        }
+    };
+    let target = CString::new(target).expect("no NUL");
+    let mut e = crate::fs::ops::create::symlink(fs, ctx, &target, newparent, newname)?;
+    // Answer with the source's attributes, uncached, so the guest's link(2) sees a hard link
+    // now and the symlink on its next lookup.
+    e.attr = fs.union_attr(fs.search(Func::Getattr, old_rel)?.st, old_rel.to_bytes());
+    e.attr_timeout = Duration::ZERO;
+    e.entry_timeout = Duration::ZERO;
+    Ok(e)
+}
+
+/// `target` relative to directory `from` (both union paths; `.` is the root).
+pub(crate) fn relative(target: &[u8], from: &[u8]) -> Vec<u8> {
+    let t: Vec<&[u8]> = target
+        .split(|&c| c == b'/')
+        .filter(|c| *c != b".")
+        .collect();
+    let f: Vec<&[u8]> = from.split(|&c| c == b'/').filter(|c| *c != b".").collect();
+    let common = t.iter().zip(&f).take_while(|(a, b)| a == b).count();
+    let mut out = Vec::new();
+    for _ in common..f.len() {
+        out.extend_from_slice(b"../");
+    }
+    out.extend_from_slice(&t[common..].join(&b'/'));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative;
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(relative(b"a/f", b"."), b"a/f");
+        assert_eq!(relative(b"a/f", b"a"), b"f");
+        assert_eq!(relative(b"a/f", b"b/c"), b"../../a/f");
+        assert_eq!(relative(b"a/b/f", b"a/c"), b"../b/f");
+    }
 }

@@ -1,21 +1,39 @@
-//! RENAME and RENAME2 (NOREPLACE, EXCHANGE). The entry is renamed on every writable branch that
-//! holds it; a branch lacking the destination directory answers EXDEV (the guest's `mv` then
-//! copies), as mergerfs does with a path-preserving create policy. A plain rename then removes
-//! stale copies of the destination on the other writable branches so they cannot shadow it.
+//! RENAME and RENAME2, as mergerfs does them. With a path-preserving create policy the entry is
+//! renamed on every branch the rename policy selects; a branch where that fails loses its old
+//! copy, other branches lose stale copies of the destination, and if no branch succeeded the
+//! answer is EXDEV. Otherwise the destination's parent is cloned where missing and the rename
+//! retried. On EXDEV, `rename-exdev` may instead park the source in `.mergerfs_rename_exdev`
+//! and leave a symlink at the destination. RENAME_NOREPLACE and RENAME_EXCHANGE (which mergerfs
+//! does not offer) are done per branch. Unlike mergerfs, RO branches are never cleaned up.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
 
-use rustix::fs::{AtFlags, RenameFlags};
+use fuse_backend_rs::api::filesystem::Context;
+use rustix::fs::{AtFlags, Mode, RenameFlags};
 
-use crate::fs::options::Func;
-use crate::fs::resolve::check_name;
+use crate::fs::options::{Func, RenameExdev};
+use crate::fs::resolve::{check_name, split_parent, Found};
 use crate::fs::{errno, UnionFs};
 use crate::union::{BranchMode, ErrnoFold};
+
+/// The hidden directory where `rename-exdev` symlink modes park moved sources.
+pub const EXDEV_DIR: &str = ".mergerfs_rename_exdev";
+
+/// The union paths of one rename.
+struct Names<'a> {
+    old_rel: CString,
+    new_rel: CString,
+    old_parent: CString,
+    new_parent: CString,
+    oldname: &'a CStr,
+    newname: &'a CStr,
+}
 
 /// Renames `olddir/oldname` to `newdir/newname` with renameat2 `flags`.
 pub fn rename(
     fs: &UnionFs,
+    ctx: &Context,
     olddir: u64,
     oldname: &CStr,
     newdir: u64,
@@ -30,51 +48,251 @@ pub fn rename(
     {
         return Err(errno(libc::EINVAL));
     }
-    let old_rel = fs.inodes.child_path(olddir, oldname)?;
-    let new_rel = fs.inodes.child_path(newdir, newname)?;
-    let old_parent = fs.inodes.path(olddir)?;
-    let new_parent = fs.inodes.path(newdir)?;
-    if flags.contains(RenameFlags::NOREPLACE) && fs.exists_anywhere(&new_rel) {
+    let n = Names {
+        old_rel: fs.inodes.child_path(olddir, oldname)?,
+        new_rel: fs.inodes.child_path(newdir, newname)?,
+        old_parent: fs.inodes.path(olddir)?,
+        new_parent: fs.inodes.path(newdir)?,
+        oldname,
+        newname,
+    };
+    if !flags.is_empty() {
+        rename_flagged(fs, &n, flags)?;
+        if flags.contains(RenameFlags::EXCHANGE) {
+            fs.inodes.exchange(olddir, oldname, newdir, newname);
+        } else {
+            fs.inodes.rename(olddir, oldname, newdir, newname);
+        }
+        return Ok(());
+    }
+    let done = if fs.cfg.opts.policies.get(Func::Create).path_preserving() {
+        preserve_path(fs, &n)
+    } else {
+        create_path(fs, &n)
+    };
+    match done {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            exdev(fs, ctx, &n, newdir)?;
+            // The guest now sees a symlink at the new name; let it look both names up afresh.
+            fs.inodes.unlink(olddir, oldname);
+            fs.inodes.unlink(newdir, newname);
+        }
+        r => {
+            r?;
+            fs.inodes.rename(olddir, oldname, newdir, newname);
+        }
+    }
+    Ok(())
+}
+
+/// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
+fn remove_on(fs: &UnionFs, branch: usize, rel: &CStr) {
+    if fs.modes[branch] == BranchMode::RO {
+        return;
+    }
+    let (parent, name) = split_parent(rel);
+    if let Ok(d) = fs.dir_on(branch, &parent) {
+        if rustix::fs::unlinkat(&d, &name, AtFlags::empty()) == Err(rustix::io::Errno::ISDIR) {
+            let _ = rustix::fs::unlinkat(&d, &name, AtFlags::REMOVEDIR);
+        }
+    }
+}
+
+fn rename_on(fs: &UnionFs, branch: usize, n: &Names, flags: RenameFlags) -> io::Result<()> {
+    let od = fs.dir_on(branch, &n.old_parent)?;
+    let nd = fs.dir_on(branch, &n.new_parent)?;
+    Ok(rustix::fs::renameat_with(
+        &od, n.oldname, &nd, n.newname, flags,
+    )?)
+}
+
+fn holders(fs: &UnionFs, rel: &CStr) -> io::Result<Vec<usize>> {
+    Ok(fs
+        .action(Func::Rename, rel)?
+        .iter()
+        .map(|f: &Found| f.branch)
+        .collect())
+}
+
+/// mergerfs's rename for path-preserving create policies.
+fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
+    let old = holders(fs, &n.old_rel)?;
+    let mut remove = Vec::new();
+    let mut success = false;
+    for b in 0..fs.roots.len() {
+        if !old.contains(&b) {
+            remove.push((b, &n.new_rel));
+        } else if rename_on(fs, b, n, RenameFlags::empty()).is_err() {
+            remove.push((b, &n.old_rel));
+        } else {
+            success = true;
+        }
+    }
+    if !success {
+        return Err(errno(libc::EXDEV));
+    }
+    for (b, rel) in remove {
+        remove_on(fs, b, rel);
+    }
+    Ok(())
+}
+
+/// mergerfs's rename for create policies that clone paths: a missing destination directory is
+/// cloned from where the getattr policy finds it, then the rename is retried.
+fn create_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
+    let old = holders(fs, &n.old_rel)?;
+    let from = fs.search(Func::Getattr, &n.new_parent)?.branch;
+    let mut remove = Vec::new();
+    let mut last = Ok(());
+    for b in 0..fs.roots.len() {
+        if !old.contains(&b) {
+            remove.push((b, &n.new_rel));
+            continue;
+        }
+        let mut r = rename_on(fs, b, n, RenameFlags::empty());
+        if r.is_err() && fs.clone_path(from, b, &n.new_parent).is_ok() {
+            r = rename_on(fs, b, n, RenameFlags::empty());
+        }
+        if r.is_err() {
+            remove.push((b, &n.old_rel));
+        }
+        last = r;
+    }
+    last?;
+    for (b, rel) in remove {
+        remove_on(fs, b, rel);
+    }
+    Ok(())
+}
+
+/// What `rename-exdev` does when the rename could not stay on its branches.
+fn exdev(fs: &UnionFs, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> {
+    let target = match &fs.cfg.opts.rename_exdev {
+        RenameExdev::Passthrough => return Err(errno(libc::EXDEV)),
+        RenameExdev::RelSymlink => {
+            let parked = parked(&n.old_rel);
+            crate::fs::ops::link::relative(parked.to_bytes(), n.new_parent.to_bytes())
+        }
+        RenameExdev::AbsSymlink => {
+            let mut t = fs
+                .cfg
+                .opts
+                .mountpoint
+                .trim_end_matches('/')
+                .as_bytes()
+                .to_vec();
+            t.extend_from_slice(format!("/{EXDEV_DIR}/").as_bytes());
+            t.extend_from_slice(n.old_rel.to_bytes());
+            t
+        }
+    };
+    let parked = park(fs, n)?;
+    let target = CString::new(target).expect("no NUL");
+    match crate::fs::ops::create::symlink(fs, ctx, &target, newdir, n.newname) {
+        Ok(e) => {
+            fs.inodes.forget(e.inode, 1);
+            Ok(())
+        }
+        Err(e) => {
+            unpark(fs, n, &parked);
+            Err(e)
+        }
+    }
+}
+
+/// `.mergerfs_rename_exdev/<rel>` (or the directory itself for the root).
+fn parked(rel: &CStr) -> CString {
+    let mut v = EXDEV_DIR.as_bytes().to_vec();
+    if rel.to_bytes() != b"." {
+        v.push(b'/');
+        v.extend_from_slice(rel.to_bytes());
+    }
+    CString::new(v).expect("no NUL")
+}
+
+fn ensure_dir(fs: &UnionFs, b: usize, parent: &CStr, name: &[u8], mode: u32) -> io::Result<()> {
+    let d = fs.dir_on(b, parent)?;
+    match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Moves the source into `.mergerfs_rename_exdev/<old path>` on branch `b`, mirroring its
+/// parent directories there with their modes.
+fn park_on(fs: &UnionFs, b: usize, n: &Names) -> io::Result<()> {
+    ensure_dir(fs, b, c".", EXDEV_DIR.as_bytes(), 0o1777)?;
+    if n.old_parent.to_bytes() != b"." {
+        let mut done: Vec<u8> = Vec::new();
+        for comp in n.old_parent.to_bytes().split(|&c| c == b'/') {
+            let under = parked(
+                &CString::new(if done.is_empty() {
+                    b".".to_vec()
+                } else {
+                    done.clone()
+                })
+                .expect("no NUL"),
+            );
+            if !done.is_empty() {
+                done.push(b'/');
+            }
+            done.extend_from_slice(comp);
+            let src = CString::new(done.clone()).expect("no NUL");
+            let mode = fs
+                .dir_on(b, &src)
+                .and_then(|d| crate::sys::beneath::stat_fd(std::os::fd::AsFd::as_fd(&d)))?
+                .st_mode;
+            ensure_dir(fs, b, &under, comp, mode & 0o7777)?;
+        }
+    }
+    let od = fs.dir_on(b, &n.old_parent)?;
+    let pd = fs.dir_on(b, &parked(&n.old_parent))?;
+    Ok(rustix::fs::renameat(&od, n.oldname, &pd, n.oldname)?)
+}
+
+/// Parks the source on every branch holding it; all or nothing (EXDEV if any fails).
+fn park(fs: &UnionFs, n: &Names) -> io::Result<Vec<usize>> {
+    let mut done = Vec::new();
+    for b in holders(fs, &n.old_rel)? {
+        if let Err(e) = park_on(fs, b, n) {
+            unpark(fs, n, &done);
+            log::warn!(
+                "rename-exdev: cannot park {}: {e}",
+                n.old_rel.to_string_lossy()
+            );
+            return Err(errno(libc::EXDEV));
+        }
+        done.push(b);
+    }
+    Ok(done)
+}
+
+/// Undoes [`park`] on the branches listed.
+fn unpark(fs: &UnionFs, n: &Names, branches: &[usize]) {
+    for &b in branches {
+        if let (Ok(pd), Ok(od)) = (
+            fs.dir_on(b, &parked(&n.old_parent)),
+            fs.dir_on(b, &n.old_parent),
+        ) {
+            let _ = rustix::fs::renameat(&pd, n.oldname, &od, n.oldname);
+        }
+    }
+}
+
+/// RENAME_NOREPLACE / RENAME_EXCHANGE: renameat2 on every branch holding the source; a branch
+/// lacking the destination directory answers EXDEV. NOREPLACE sees names on every branch.
+fn rename_flagged(fs: &UnionFs, n: &Names, flags: RenameFlags) -> io::Result<()> {
+    if flags.contains(RenameFlags::NOREPLACE) && fs.exists_anywhere(&n.new_rel) {
         return Err(errno(libc::EEXIST));
     }
     let mut fold = ErrnoFold::new();
-    let mut done = Vec::new();
-    for f in fs.action(Func::Rename, &old_rel)? {
-        let r = (|| {
-            let od = fs.dir_on(f.branch, &old_parent)?;
-            let nd = fs.dir_on(f.branch, &new_parent).map_err(|e| {
-                if e.raw_os_error() == Some(libc::ENOENT) {
-                    errno(libc::EXDEV)
-                } else {
-                    e
-                }
-            })?;
-            Ok::<_, io::Error>(rustix::fs::renameat_with(
-                &od, oldname, &nd, newname, flags,
-            )?)
-        })();
+    for b in holders(fs, &n.old_rel)? {
+        let r = if fs.dir_on(b, &n.new_parent).is_err() {
+            Err(errno(libc::EXDEV))
+        } else {
+            rename_on(fs, b, n, flags)
+        };
         fold.add(&r);
-        if r.is_ok() {
-            done.push(f.branch);
-        }
     }
-    fold.result()?;
-    if flags.contains(RenameFlags::EXCHANGE) {
-        fs.inodes.exchange(olddir, oldname, newdir, newname);
-        return Ok(());
-    }
-    for b in 0..fs.roots.len() {
-        if fs.modes[b] == BranchMode::RO || done.contains(&b) {
-            continue;
-        }
-        if let Ok(nd) = fs.dir_on(b, &new_parent) {
-            if let Err(e) = rustix::fs::unlinkat(&nd, newname, AtFlags::empty()) {
-                if e == rustix::io::Errno::ISDIR {
-                    let _ = rustix::fs::unlinkat(&nd, newname, AtFlags::REMOVEDIR);
-                }
-            }
-        }
-    }
-    fs.inodes.rename(olddir, oldname, newdir, newname);
-    Ok(())
+    fold.result()
 }

@@ -13,7 +13,6 @@ use rustix::fs::StatVfsMountFlags;
 use crate::fs::options::{StatfsIgnore, StatfsMode};
 use crate::fs::UnionFs;
 use crate::sys::abi::zeroed_statvfs;
-use crate::sys::beneath;
 use crate::union::BranchMode;
 
 /// Summed capacity, in units of the first counted branch's fragment size.
@@ -25,7 +24,7 @@ pub fn statfs(fs: &UnionFs, inode: u64) -> io::Result<statvfs64> {
     let (mut blocks, mut bfree, mut bavail) = (0u128, 0u128, 0u128);
     let mut namemax = u64::MAX;
     for (b, root) in fs.roots.iter().enumerate() {
-        if opts.statfs == StatfsMode::Full && beneath::open_path(fs.root(b), &rel).is_err() {
+        if opts.statfs == StatfsMode::Full && fs.open_on(b, &rel).is_err() {
             continue;
         }
         if !seen.insert(root.dev) {
