@@ -81,14 +81,16 @@ impl BackendProcess {
         fd_count(self.pid())
     }
 
-    /// User + system CPU seconds of all its threads.
+    /// User + system CPU seconds of all threads of the process and its descendants (backends
+    /// like virtiofsd fork a sandboxed child that does the work).
     pub fn cpu_seconds(&self) -> Result<f64> {
-        cpu_seconds(self.pid())
+        tree_pids(self.pid()).into_iter().map(cpu_seconds).sum()
     }
 
-    /// Peak resident set size in KiB (VmHWM).
+    /// Largest peak resident set size (VmHWM, KiB) in the process tree.
     pub fn peak_rss_kib(&self) -> Result<u64> {
-        peak_rss_kib(self.pid())
+        let v: Result<Vec<u64>> = tree_pids(self.pid()).into_iter().map(peak_rss_kib).collect();
+        Ok(v?.into_iter().max().unwrap_or(0))
     }
 }
 
@@ -103,6 +105,23 @@ impl Drop for BackendProcess {
 
 fn proc_err(pid: u32, what: &str, e: impl std::fmt::Display) -> Error {
     Error::Process(format!("/proc/{pid}/{what}: {e}"))
+}
+
+/// `pid` and all its live descendants, from `/proc/PID/task/*/children`.
+pub fn tree_pids(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                out.extend(c.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Number of entries in `/proc/PID/fd`.

@@ -150,12 +150,16 @@ pub struct RawCompletion {
 
 impl RawCompletion {
     /// The writable buffers concatenated, truncated to `used_len`, as a [`FuseReply`].
-    pub fn as_reply(&self) -> FuseReply {
-        let all: Vec<u8> = self.out.concat();
-        let n = all.len().min(self.used_len as usize);
+    pub fn into_reply(mut self) -> FuseReply {
+        let mut all = if self.out.len() == 1 {
+            self.out.pop().unwrap_or_default()
+        } else {
+            self.out.concat()
+        };
+        all.truncate(self.used_len as usize);
         FuseReply {
             used_len: self.used_len,
-            bytes: all[..n].to_vec(),
+            bytes: all,
         }
     }
 }

@@ -243,7 +243,7 @@ impl Device {
     pub fn send_on(&mut self, queue: usize, req: &FuseRequest) -> Result<FuseReply> {
         let t = self.queue_request(queue, req)?;
         self.kick(queue)?;
-        Ok(self.wait(t, self.timeout)?.as_reply())
+        Ok(self.wait(t, self.timeout)?.into_reply())
     }
 
     /// Send a hand-made chain on `queue` and wait for it (with the default timeout).
@@ -287,7 +287,7 @@ impl Device {
             let mut next = Some(self.reap(q, self.timeout)?);
             while let Some((t, c)) = next {
                 if let Some(i) = index_of.remove(&t.seq) {
-                    on_reply(i, c.as_reply())?;
+                    on_reply(i, c.into_reply())?;
                 }
                 next = self.try_reap(q)?;
             }
