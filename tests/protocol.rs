@@ -78,7 +78,9 @@ fn init_negotiates_max_pages_from_queue_size_and_flag() {
         assert_eq!((init.major, init.minor >= 31), (7, true), "version");
         assert_ne!(init.flags & MAX_PAGES_FLAG, 0, "MAX_PAGES acked");
         assert_eq!(
-            u64::from(init.flags) & !ops::DEFAULT_INIT_FLAGS & !(ops::INIT_EXT | 0xffff_ffff_0000_0000),
+            u64::from(init.flags)
+                & !ops::DEFAULT_INIT_FLAGS
+                & !(ops::INIT_EXT | 0xffff_ffff_0000_0000),
             0,
             "only offered flags are enabled: {:#x}",
             init.flags
@@ -95,44 +97,85 @@ fn file_and_directory_round_trips() {
     let mut dev = d.session();
 
     let dir = dev.mkdir(ops::ROOT_ID, b"dir", 0o755).expect("MKDIR");
-    assert_eq!(dev.mkdir(ops::ROOT_ID, b"dir", 0o755).unwrap_err().errno(), Some(libc::EEXIST));
+    assert_eq!(
+        dev.mkdir(ops::ROOT_ID, b"dir", 0o755).unwrap_err().errno(),
+        Some(libc::EEXIST)
+    );
     let (e, o) = dev
         .create(dir.nodeid, b"f.txt", 0o644, libc::O_RDWR as u32)
         .expect("CREATE");
     let body: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
-    assert_eq!(dev.write(e.nodeid, o.fh, 0, &body).unwrap(), body.len() as u32);
+    assert_eq!(
+        dev.write(e.nodeid, o.fh, 0, &body).unwrap(),
+        body.len() as u32
+    );
     assert_eq!(dev.read(e.nodeid, o.fh, 0, 20_000).unwrap(), body);
-    assert_eq!(dev.read(e.nodeid, o.fh, 9_990, 100).unwrap(), &body[9_990..]);
-    assert!(dev.read(e.nodeid, o.fh, 20_000, 100).unwrap().is_empty(), "read past EOF");
+    assert_eq!(
+        dev.read(e.nodeid, o.fh, 9_990, 100).unwrap(),
+        &body[9_990..]
+    );
+    assert!(
+        dev.read(e.nodeid, o.fh, 20_000, 100).unwrap().is_empty(),
+        "read past EOF"
+    );
     dev.release(e.nodeid, o.fh).unwrap();
-    assert_eq!(fs::read(d.branches[0].join("dir/f.txt")).unwrap(), body, "lands on RW branch");
+    assert_eq!(
+        fs::read(d.branches[0].join("dir/f.txt")).unwrap(),
+        body,
+        "lands on RW branch"
+    );
 
     let l = dev.lookup(dir.nodeid, b"f.txt").expect("LOOKUP");
     assert_eq!(l.nodeid, e.nodeid);
     let a = dev.getattr(e.nodeid).unwrap();
     assert_eq!((a.attr.size, a.attr.mode & 0o7777), (10_000, 0o644));
-    assert_eq!(dev.lookup(dir.nodeid, b"nope").unwrap_err().errno(), Some(libc::ENOENT));
+    assert_eq!(
+        dev.lookup(dir.nodeid, b"nope").unwrap_err().errno(),
+        Some(libc::ENOENT)
+    );
 
-    let ro = dev.lookup(ops::ROOT_ID, b"ro.txt").expect("LOOKUP in RO branch");
+    let ro = dev
+        .lookup(ops::ROOT_ID, b"ro.txt")
+        .expect("LOOKUP in RO branch");
     let fh = dev.open(ro.nodeid, libc::O_RDONLY as u32).unwrap().fh;
-    assert_eq!(dev.read(ro.nodeid, fh, 0, 4096).unwrap(), b"from the RO branch");
+    assert_eq!(
+        dev.read(ro.nodeid, fh, 0, 4096).unwrap(),
+        b"from the RO branch"
+    );
     dev.release(ro.nodeid, fh).unwrap();
 
     let dh = dev.opendir(dir.nodeid).unwrap().fh;
-    let names: Vec<Vec<u8>> = dev.readdir_all(dir.nodeid, dh).unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<Vec<u8>> = dev
+        .readdir_all(dir.nodeid, dh)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert!(names.contains(&b"f.txt".to_vec()), "{names:?}");
     let plus = dev.readdirplus(dir.nodeid, dh, 0, 65536).unwrap();
-    let f = plus.iter().find(|x| x.name == b"f.txt").expect("READDIRPLUS has f.txt");
+    let f = plus
+        .iter()
+        .find(|x| x.name == b"f.txt")
+        .expect("READDIRPLUS has f.txt");
     if let Some(en) = f.entry.filter(|en| en.nodeid != 0) {
         assert_eq!(en.attr.size, 10_000);
         dev.forget(en.nodeid, 1).unwrap();
     }
     dev.releasedir(dir.nodeid, dh).unwrap();
 
-    assert_eq!(dev.rmdir(ops::ROOT_ID, b"dir").unwrap_err().errno(), Some(libc::ENOTEMPTY));
+    assert_eq!(
+        dev.rmdir(ops::ROOT_ID, b"dir").unwrap_err().errno(),
+        Some(libc::ENOTEMPTY)
+    );
     dev.unlink(dir.nodeid, b"f.txt").expect("UNLINK");
-    assert_eq!(dev.lookup(dir.nodeid, b"f.txt").unwrap_err().errno(), Some(libc::ENOENT));
-    assert_eq!(dev.unlink(dir.nodeid, b"f.txt").unwrap_err().errno(), Some(libc::ENOENT));
+    assert_eq!(
+        dev.lookup(dir.nodeid, b"f.txt").unwrap_err().errno(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        dev.unlink(dir.nodeid, b"f.txt").unwrap_err().errno(),
+        Some(libc::ENOENT)
+    );
     assert!(!d.branches[0].join("dir/f.txt").exists());
     dev.forget(e.nodeid, 2).unwrap();
 
@@ -147,13 +190,22 @@ fn write_of_max_write_succeeds_and_one_page_more_is_refused() {
     let mut dev = d.connect_with(1024);
     let init = dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
     assert_eq!(init.max_write, 64 * 4096);
-    let (e, o) = dev.create(ops::ROOT_ID, b"big", 0o644, libc::O_RDWR as u32).unwrap();
+    let (e, o) = dev
+        .create(ops::ROOT_ID, b"big", 0o644, libc::O_RDWR as u32)
+        .unwrap();
     let max = vec![0x5Au8; init.max_write as usize];
     assert_eq!(dev.write(e.nodeid, o.fh, 0, &max).unwrap(), init.max_write);
     let over = vec![0x5Bu8; init.max_write as usize + 4096];
     let r = dev.write(e.nodeid, o.fh, 0, &over);
-    assert!(r.as_ref().err().and_then(Error::errno).is_some(), "oversized WRITE: {r:?}");
-    assert_eq!(fs::read(d.branches[0].join("big")).unwrap(), max, "nothing of it written");
+    assert!(
+        r.as_ref().err().and_then(Error::errno).is_some(),
+        "oversized WRITE: {r:?}"
+    );
+    assert_eq!(
+        fs::read(d.branches[0].join("big")).unwrap(),
+        max,
+        "nothing of it written"
+    );
     dev.release(e.nodeid, o.fh).unwrap();
     assert_serving(&mut d, &mut dev, "oversized write");
 }
@@ -167,33 +219,60 @@ fn malformed_frames_get_an_errno_or_are_dropped() {
 
     // A header cut short.
     let h = header(Opcode::Getattr as u32, ops::ROOT_ID, getattr_len, 9001);
-    expect_errno_or_drop(&mut dev, &[RawSegment::In(h[..20].to_vec()), RawSegment::Out(4096)], "short header");
+    expect_errno_or_drop(
+        &mut dev,
+        &[RawSegment::In(h[..20].to_vec()), RawSegment::Out(4096)],
+        "short header",
+    );
     assert_serving(&mut d, &mut dev, "short header");
 
     // `len` claims more than the chain holds, and less than the header itself.
     for len in [4096, 8] {
         let mut h = header(Opcode::Lookup as u32, ops::ROOT_ID, len, 9002);
         h.extend_from_slice(b"f\0");
-        expect_errno_or_drop(&mut dev, &[RawSegment::In(h), RawSegment::Out(4096)], "lying len");
+        expect_errno_or_drop(
+            &mut dev,
+            &[RawSegment::In(h), RawSegment::Out(4096)],
+            "lying len",
+        );
         assert_serving(&mut d, &mut dev, "lying len");
     }
 
     // Unknown opcode.
     let h = header(4242, ops::ROOT_ID, IN_HEADER_LEN as u32, 9003);
-    let r = dev.send_raw(REQUEST_QUEUE, &[RawSegment::In(h), RawSegment::Out(4096)]).unwrap();
+    let r = dev
+        .send_raw(REQUEST_QUEUE, &[RawSegment::In(h), RawSegment::Out(4096)])
+        .unwrap();
     assert_eq!(r.into_reply().errno(), Some(libc::ENOSYS), "unknown opcode");
 
     // Bogus nodeid and file handle.
-    assert!(dev.getattr(0xdead_beef).unwrap_err().errno().is_some(), "bogus nodeid");
-    assert!(dev.lookup(0xdead_beef, b"f").unwrap_err().errno().is_some(), "bogus parent");
+    assert!(
+        dev.getattr(0xdead_beef).unwrap_err().errno().is_some(),
+        "bogus nodeid"
+    );
+    assert!(
+        dev.lookup(0xdead_beef, b"f").unwrap_err().errno().is_some(),
+        "bogus parent"
+    );
     let f = dev.lookup(ops::ROOT_ID, b"f").unwrap();
-    assert!(dev.read(f.nodeid, 0xbad_f00d, 0, 4096).unwrap_err().errno().is_some(), "bogus fh");
-    assert!(dev.release(f.nodeid, 0xbad_f00d).is_err() || d.proc.is_alive(), "bogus release");
+    assert!(
+        dev.read(f.nodeid, 0xbad_f00d, 0, 4096)
+            .unwrap_err()
+            .errno()
+            .is_some(),
+        "bogus fh"
+    );
+    assert!(
+        dev.release(f.nodeid, 0xbad_f00d).is_err() || d.proc.is_alive(),
+        "bogus release"
+    );
 
     // FORGET of more references than were looked up, then the name still resolves.
     dev.forget(f.nodeid, 1000).unwrap();
     assert_serving(&mut d, &mut dev, "over-forget");
-    let again = dev.lookup(ops::ROOT_ID, b"f").expect("lookup after over-forget");
+    let again = dev
+        .lookup(ops::ROOT_ID, b"f")
+        .expect("lookup after over-forget");
     assert_eq!(dev.getattr(again.nodeid).unwrap().attr.size, 8192);
 
     // READ whose reply buffer is smaller than the data asked for.
@@ -203,7 +282,11 @@ fn malformed_frames_get_an_errno_or_are_dropped() {
     let t = dev.timeout();
     dev.set_timeout(DROP_WAIT);
     match dev.send(&small) {
-        Ok(r) => assert!(r.errno().is_some(), "READ into a too-small buffer succeeded: {:?}", r.header()),
+        Ok(r) => assert!(
+            r.errno().is_some(),
+            "READ into a too-small buffer succeeded: {:?}",
+            r.header()
+        ),
         Err(Error::Timeout(_)) => {}
         Err(e) => panic!("small READ: {e}"),
     }
@@ -217,10 +300,21 @@ fn malformed_frames_get_an_errno_or_are_dropped() {
     // Writable descriptor before the readable ones; descriptor outside guest RAM.
     let mut h = header(Opcode::Getattr as u32, ops::ROOT_ID, getattr_len, 9005);
     h.extend_from_slice(&[0u8; 16]);
-    expect_errno_or_drop(&mut dev, &[RawSegment::Out(4096), RawSegment::In(h.clone())], "W before R");
     expect_errno_or_drop(
         &mut dev,
-        &[RawSegment::In(h), RawSegment::Addr { addr: 1 << 46, len: 4096, writable: true }],
+        &[RawSegment::Out(4096), RawSegment::In(h.clone())],
+        "W before R",
+    );
+    expect_errno_or_drop(
+        &mut dev,
+        &[
+            RawSegment::In(h),
+            RawSegment::Addr {
+                addr: 1 << 46,
+                len: 4096,
+                writable: true,
+            },
+        ],
         "reply outside RAM",
     );
     assert_serving(&mut d, &mut dev, "bad descriptors");
@@ -243,8 +337,18 @@ fn odd_descriptor_splits_are_reassembled() {
     let mut dev = d.session();
     let f = dev.lookup(ops::ROOT_ID, b"f").unwrap();
     let fh = dev.open(f.nodeid, libc::O_RDONLY as u32).unwrap().fh;
-    let read_in = ReadIn { fh, offset: 0, size: 16, ..Default::default() };
-    let mut frame = header(Opcode::Read as u32, f.nodeid, (IN_HEADER_LEN + 40) as u32, 77);
+    let read_in = ReadIn {
+        fh,
+        offset: 0,
+        size: 16,
+        ..Default::default()
+    };
+    let mut frame = header(
+        Opcode::Read as u32,
+        f.nodeid,
+        (IN_HEADER_LEN + 40) as u32,
+        77,
+    );
     frame.extend_from_slice(read_in.as_slice());
     // Readable split mid-header and mid-args; writable split mid-out-header.
     let chain = [
@@ -256,7 +360,10 @@ fn odd_descriptor_splits_are_reassembled() {
         RawSegment::Out(5),
         RawSegment::Out(100),
     ];
-    let reply = dev.send_raw(REQUEST_QUEUE, &chain).expect("split READ").into_reply();
+    let reply = dev
+        .send_raw(REQUEST_QUEUE, &chain)
+        .expect("split READ")
+        .into_reply();
     let h = reply.header().expect("out header");
     assert_eq!((h.error, h.unique, h.len), (0, 77, reply.used_len), "{h:?}");
     assert_eq!(reply.payload().unwrap(), b"0123456789abcdef");
@@ -269,11 +376,15 @@ fn pipelined_requests_all_complete() {
     let mut d = rw();
     let mut dev = d.session();
     let mut seen = vec![false; 3000];
-    dev.submit_many((0..3000).map(|_| ops::getattr(ops::ROOT_ID, None)), 128, |i, r| {
-        assert!(r.errno().is_none());
-        seen[i] = true;
-        Ok(())
-    })
+    dev.submit_many(
+        (0..3000).map(|_| ops::getattr(ops::ROOT_ID, None)),
+        128,
+        |i, r| {
+            assert!(r.errno().is_none());
+            seen[i] = true;
+            Ok(())
+        },
+    )
     .unwrap();
     assert!(seen.iter().all(|&s| s));
     assert_serving(&mut d, &mut dev, "pipelining");
@@ -283,14 +394,22 @@ fn pipelined_requests_all_complete() {
 fn reconnect_after_frontend_disconnect_or_clean_exit() {
     let mut d = rw();
     let mut dev = d.session();
-    dev.create(ops::ROOT_ID, b"kept", 0o644, libc::O_WRONLY as u32).unwrap();
+    dev.create(ops::ROOT_ID, b"kept", 0o644, libc::O_WRONLY as u32)
+        .unwrap();
     dev.disconnect();
     // Either the daemon exits cleanly, or it accepts a new frontend that sees the same files.
     match d.proc.wait_exit(Duration::from_secs(2)).unwrap() {
-        Some(st) => assert_eq!(st.code(), Some(0), "exit after disconnect: {st}\n{}", d.log()),
+        Some(st) => assert_eq!(
+            st.code(),
+            Some(0),
+            "exit after disconnect: {st}\n{}",
+            d.log()
+        ),
         None => {
             let mut dev = d.session();
-            let e = dev.lookup(ops::ROOT_ID, b"kept").expect("file survives reconnect");
+            let e = dev
+                .lookup(ops::ROOT_ID, b"kept")
+                .expect("file survives reconnect");
             assert_ne!(e.nodeid, 0);
             assert_serving(&mut d, &mut dev, "reconnect");
         }

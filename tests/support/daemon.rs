@@ -14,7 +14,8 @@ use tempfile::TempDir;
 use vufs_frontend::process::BackendProcess;
 use vufs_frontend::{ops, ConnectOptions, Device};
 
-/// A running daemon plus its temp tree: `<tmp>/<branch name>/` for each branch and `<tmp>/sock`.
+/// A running daemon plus its temp tree: `<tmp>/<branch name>/` for each branch, and `<tmp>/run/`
+/// for the socket and the daemon's log.
 pub struct Daemon {
     pub proc: BackendProcess,
     pub tmp: TempDir,
@@ -44,9 +45,15 @@ impl Daemon {
     }
 
     /// Start over already prepared branch directories.
-    pub fn start_in(tmp: TempDir, branches: Vec<PathBuf>, specs: &[String], extra: &[&str]) -> Daemon {
-        let sock = tmp.path().join("sock");
-        let log = fs::File::create(tmp.path().join("daemon.log")).expect("log file");
+    pub fn start_in(
+        tmp: TempDir,
+        branches: Vec<PathBuf>,
+        specs: &[String],
+        extra: &[&str],
+    ) -> Daemon {
+        fs::create_dir_all(tmp.path().join("run")).expect("run dir");
+        let sock = tmp.path().join("run/sock");
+        let log = fs::File::create(tmp.path().join("run/daemon.log")).expect("log file");
         let mut cmd = match std::env::var("VUFS_BACKEND_CMD") {
             Ok(tpl) => {
                 let words: Vec<String> = tpl
@@ -82,7 +89,7 @@ impl Daemon {
 
     /// The vhost-user socket.
     pub fn socket(&self) -> PathBuf {
-        self.tmp.path().join("sock")
+        self.tmp.path().join("run/sock")
     }
 
     /// Last lines of the daemon's stderr, for failure messages.
@@ -117,7 +124,7 @@ impl Daemon {
 }
 
 fn log_tail(dir: &Path) -> String {
-    let s = fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    let s = fs::read_to_string(dir.join("run/daemon.log")).unwrap_or_default();
     let lines: Vec<&str> = s.lines().collect();
     let from = lines.len().saturating_sub(30);
     format!("--- daemon log ---\n{}", lines[from..].join("\n"))

@@ -16,7 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let (e, o) = dev.create(ops::ROOT_ID, b"smoke.txt", 0o644, libc::O_RDWR as u32)?;
     println!("create: nodeid={} fh={}", e.nodeid, o.fh);
-    println!("write: {}", dev.write(e.nodeid, o.fh, 0, b"hello virtio-fs")?);
+    println!(
+        "write: {}",
+        dev.write(e.nodeid, o.fh, 0, b"hello virtio-fs")?
+    );
     let got = dev.read(e.nodeid, o.fh, 0, 4096)?;
     println!("read: {:?}", String::from_utf8_lossy(&got));
     dev.release(e.nodeid, o.fh)?;
@@ -32,7 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plus = dev.readdirplus(ops::ROOT_ID, d.fh, 0, 65536)?;
     println!("readdirplus: {} entries", plus.len());
     dev.releasedir(ops::ROOT_ID, d.fh)?;
-    println!("lookup missing: {:?}", dev.lookup(ops::ROOT_ID, b"nope").map(|e| e.nodeid));
+    println!(
+        "lookup missing: {:?}",
+        dev.lookup(ops::ROOT_ID, b"nope").map(|e| e.nodeid)
+    );
     dev.unlink(ops::ROOT_ID, b"smoke.txt")?;
     dev.forget(e.nodeid, 1)?;
     let st = dev.statfs(ops::ROOT_ID)?;
@@ -40,11 +46,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let n = 20_000;
     let mut ok = 0;
-    dev.submit_many((0..n).map(|_| ops::getattr(ops::ROOT_ID, None)), 64, |_, r| {
-        ok += usize::from(r.errno().is_none());
-        Ok(())
-    })?;
+    dev.submit_many(
+        (0..n).map(|_| ops::getattr(ops::ROOT_ID, None)),
+        64,
+        |_, r| {
+            ok += usize::from(r.errno().is_none());
+            Ok(())
+        },
+    )?;
     let dt = t.elapsed().as_secs_f64();
-    println!("{ok}/{n} pipelined getattr in {dt:.3}s = {:.0} ops/s", n as f64 / dt);
+    println!(
+        "{ok}/{n} pipelined getattr in {dt:.3}s = {:.0} ops/s",
+        n as f64 / dt
+    );
     Ok(())
 }

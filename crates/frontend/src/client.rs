@@ -51,7 +51,10 @@ impl Device {
 
     /// FUSE_READ; returns the bytes read (short at EOF).
     pub fn read(&mut self, nodeid: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        Ok(self.send(&ops::read(nodeid, fh, offset, size))?.payload()?.to_vec())
+        Ok(self
+            .send(&ops::read(nodeid, fh, offset, size))?
+            .payload()?
+            .to_vec())
     }
 
     /// FUSE_WRITE; returns the byte count the backend reports.
@@ -72,7 +75,13 @@ impl Device {
     }
 
     /// FUSE_READDIR of up to `size` bytes from `offset`.
-    pub fn readdir(&mut self, nodeid: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<DirEntry>> {
+    pub fn readdir(
+        &mut self,
+        nodeid: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<DirEntry>> {
         let r = self.send(&ops::readdir(nodeid, fh, offset, size))?;
         Ok(ops::parse_dirents(r.payload()?, false))
     }
@@ -132,6 +141,7 @@ impl Device {
 
     /// FUSE_FORGET on the hiprio queue, as the Linux driver sends it; waits for the used entry.
     pub fn forget(&mut self, nodeid: u64, nlookup: u64) -> Result<()> {
-        self.send_on(HIPRIO_QUEUE, &ops::forget(nodeid, nlookup)).map(drop)
+        self.send_on(HIPRIO_QUEUE, &ops::forget(nodeid, nlookup))
+            .map(drop)
     }
 }

@@ -151,7 +151,8 @@ impl Device {
             (None, None) => 1,
         };
         let nreq = opts.request_queues.clamp(1, available.max(1));
-        fe.set_features(features).map_err(Error::vhost("SET_FEATURES"))?;
+        fe.set_features(features)
+            .map_err(Error::vhost("SET_FEATURES"))?;
 
         let per_queue = ring_bytes(opts.queue_size);
         let ram = GuestRam::new(opts.memory_size, per_queue * (nreq as u64 + 1))?;
@@ -165,7 +166,8 @@ impl Device {
                 .map_err(Error::vhost("SET_VRING_NUM"))?;
             fe.set_vring_addr(i, &q.config_data(&ram)?)
                 .map_err(Error::vhost("SET_VRING_ADDR"))?;
-            fe.set_vring_base(i, 0).map_err(Error::vhost("SET_VRING_BASE"))?;
+            fe.set_vring_base(i, 0)
+                .map_err(Error::vhost("SET_VRING_BASE"))?;
             fe.set_vring_call(i, q.call_fd())
                 .map_err(Error::vhost("SET_VRING_CALL"))?;
             fe.set_vring_kick(i, q.kick_fd())

@@ -4,9 +4,7 @@
 use std::fs::File;
 
 use vhost::VhostUserMemoryRegionInfo;
-use vm_memory::{
-    Bytes, FileOffset, GuestAddress, GuestMemory, GuestMemoryMmap, GuestRegionMmap,
-};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemory, GuestMemoryMmap, GuestRegionMmap};
 
 use crate::alloc::RangeAlloc;
 use crate::error::{Error, Result};
@@ -29,17 +27,27 @@ impl GuestRam {
             .map_err(|e| Error::io("memfd_create")(e.into()))?;
         rustix::fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate")(e.into()))?;
         let file = File::from(fd);
-        let region =
-            GuestRegionMmap::from_range(GuestAddress(RAM_BASE), size, Some(FileOffset::new(file, 0)))
-                .map_err(|e| Error::Memory(e.to_string()))?;
+        let region = GuestRegionMmap::from_range(
+            GuestAddress(RAM_BASE),
+            size,
+            Some(FileOffset::new(file, 0)),
+        )
+        .map_err(|e| Error::Memory(e.to_string()))?;
         let mem = GuestMemoryMmap::from_regions(vec![region])
             .map_err(|e| Error::Memory(e.to_string()))?;
         let ring_end = (RAM_BASE + ring_bytes).next_multiple_of(4096);
         if ring_end >= RAM_BASE + size as u64 {
-            return Err(Error::Memory(format!("{size} bytes leave no room after the rings")));
+            return Err(Error::Memory(format!(
+                "{size} bytes leave no room after the rings"
+            )));
         }
         let alloc = RangeAlloc::new(ring_end, RAM_BASE + size as u64 - ring_end);
-        Ok(GuestRam { mem, alloc, ring_end, size: size as u64 })
+        Ok(GuestRam {
+            mem,
+            alloc,
+            ring_end,
+            size: size as u64,
+        })
     }
 
     /// The vm-memory view, for ring and buffer access.
@@ -49,7 +57,11 @@ impl GuestRam {
 
     /// The region description sent with VHOST_USER_SET_MEM_TABLE.
     pub fn region_info(&self) -> Result<VhostUserMemoryRegionInfo> {
-        let region = self.mem.iter().next().ok_or(Error::Memory("no region".into()))?;
+        let region = self
+            .mem
+            .iter()
+            .next()
+            .ok_or(Error::Memory("no region".into()))?;
         VhostUserMemoryRegionInfo::from_guest_region(region)
             .map_err(|e| Error::Memory(e.to_string()))
     }

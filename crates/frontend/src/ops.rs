@@ -57,7 +57,12 @@ pub fn init(flags: u64) -> FuseRequest {
 
 /// FUSE_LOOKUP of `name` in `parent`.
 pub fn lookup(parent: u64, name: &[u8]) -> FuseRequest {
-    FuseRequest::new(Opcode::Lookup as u32, parent, name_bytes(name), size_of::<EntryOut>())
+    FuseRequest::new(
+        Opcode::Lookup as u32,
+        parent,
+        name_bytes(name),
+        size_of::<EntryOut>(),
+    )
 }
 
 /// FUSE_GETATTR, by handle when `fh` is given.
@@ -67,7 +72,12 @@ pub fn getattr(nodeid: u64, fh: Option<u64>) -> FuseRequest {
         dummy: 0,
         fh: fh.unwrap_or(0),
     };
-    FuseRequest::new(Opcode::Getattr as u32, nodeid, a.as_slice().to_vec(), size_of::<AttrOut>())
+    FuseRequest::new(
+        Opcode::Getattr as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<AttrOut>(),
+    )
 }
 
 /// FUSE_SETATTR changing only the size (truncate).
@@ -77,13 +87,26 @@ pub fn truncate(nodeid: u64, size: u64) -> FuseRequest {
         size,
         ..Default::default()
     };
-    FuseRequest::new(Opcode::Setattr as u32, nodeid, a.as_slice().to_vec(), size_of::<AttrOut>())
+    FuseRequest::new(
+        Opcode::Setattr as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<AttrOut>(),
+    )
 }
 
 /// FUSE_OPEN with open(2) `flags`.
 pub fn open(nodeid: u64, flags: u32) -> FuseRequest {
-    let a = OpenIn { flags, fuse_flags: 0 };
-    FuseRequest::new(Opcode::Open as u32, nodeid, a.as_slice().to_vec(), size_of::<OpenOut>())
+    let a = OpenIn {
+        flags,
+        fuse_flags: 0,
+    };
+    FuseRequest::new(
+        Opcode::Open as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<OpenOut>(),
+    )
 }
 
 /// FUSE_OPENDIR.
@@ -92,7 +115,12 @@ pub fn opendir(nodeid: u64) -> FuseRequest {
         flags: libc::O_RDONLY as u32 | libc::O_DIRECTORY as u32,
         fuse_flags: 0,
     };
-    FuseRequest::new(Opcode::Opendir as u32, nodeid, a.as_slice().to_vec(), size_of::<OpenOut>())
+    FuseRequest::new(
+        Opcode::Opendir as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<OpenOut>(),
+    )
 }
 
 /// FUSE_CREATE of `name` in `parent`; the reply is `EntryOut` then `OpenOut`.
@@ -120,7 +148,12 @@ fn read_in(fh: u64, offset: u64, size: u32) -> Vec<u8> {
 
 /// FUSE_READ of `size` bytes at `offset`.
 pub fn read(nodeid: u64, fh: u64, offset: u64, size: u32) -> FuseRequest {
-    FuseRequest::new(Opcode::Read as u32, nodeid, read_in(fh, offset, size), size as usize)
+    FuseRequest::new(
+        Opcode::Read as u32,
+        nodeid,
+        read_in(fh, offset, size),
+        size as usize,
+    )
 }
 
 /// FUSE_WRITE of `data` at `offset`; the data travels in its own readable descriptor.
@@ -185,7 +218,12 @@ pub fn rename(parent: u64, name: &[u8], newparent: u64, newname: &[u8]) -> FuseR
 
 /// FUSE_READDIR returning at most `size` bytes of dirents from `offset`.
 pub fn readdir(nodeid: u64, fh: u64, offset: u64, size: u32) -> FuseRequest {
-    FuseRequest::new(Opcode::Readdir as u32, nodeid, read_in(fh, offset, size), size as usize)
+    FuseRequest::new(
+        Opcode::Readdir as u32,
+        nodeid,
+        read_in(fh, offset, size),
+        size as usize,
+    )
 }
 
 /// FUSE_READDIRPLUS returning at most `size` bytes of direntplus records from `offset`.
@@ -202,7 +240,12 @@ pub fn forget(nodeid: u64, nlookup: u64) -> FuseRequest {
 
 /// FUSE_STATFS.
 pub fn statfs(nodeid: u64) -> FuseRequest {
-    FuseRequest::new(Opcode::Statfs as u32, nodeid, Vec::new(), size_of::<StatfsOut>())
+    FuseRequest::new(
+        Opcode::Statfs as u32,
+        nodeid,
+        Vec::new(),
+        size_of::<StatfsOut>(),
+    )
 }
 
 impl FuseRequest {

@@ -33,7 +33,10 @@ impl BackendProcess {
                 return Err(Error::Process(format!("exited before listening: {st}")));
             }
             if Instant::now() > deadline {
-                return Err(Error::Process(format!("{} did not appear", socket.display())));
+                return Err(Error::Process(format!(
+                    "{} did not appear",
+                    socket.display()
+                )));
             }
             sleep(POLL);
         }
@@ -89,7 +92,10 @@ impl BackendProcess {
 
     /// Largest peak resident set size (VmHWM, KiB) in the process tree.
     pub fn peak_rss_kib(&self) -> Result<u64> {
-        let v: Result<Vec<u64>> = tree_pids(self.pid()).into_iter().map(peak_rss_kib).collect();
+        let v: Result<Vec<u64>> = tree_pids(self.pid())
+            .into_iter()
+            .map(peak_rss_kib)
+            .collect();
         Ok(v?.into_iter().max().unwrap_or(0))
     }
 }
@@ -133,7 +139,8 @@ pub fn fd_count(pid: u32) -> Result<usize> {
 
 /// utime + stime of `/proc/PID/stat`, in seconds.
 pub fn cpu_seconds(pid: u32) -> Result<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| proc_err(pid, "stat", e))?;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| proc_err(pid, "stat", e))?;
     // Fields after the parenthesised comm; utime and stime are fields 14 and 15 overall.
     let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();

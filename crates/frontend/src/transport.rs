@@ -165,7 +165,12 @@ impl Device {
         self.queues[queue].publish(&self.ram)
     }
 
-    fn complete(&mut self, queue: usize, head: u16, used_len: u32) -> Result<(Ticket, RawCompletion)> {
+    fn complete(
+        &mut self,
+        queue: usize,
+        head: u16,
+        used_len: u32,
+    ) -> Result<(Ticket, RawCompletion)> {
         let p = self.pending[queue]
             .remove(&head)
             .ok_or_else(|| Error::BadReply(format!("completion for unknown head {head}")))?;
@@ -183,7 +188,10 @@ impl Device {
         for (g, l) in p.allocs {
             self.ram.free(g, l);
         }
-        Ok((Ticket { queue, seq: p.seq }, RawCompletion { used_len, out }))
+        Ok((
+            Ticket { queue, seq: p.seq },
+            RawCompletion { used_len, out },
+        ))
     }
 
     /// Reap one completion from `queue` without blocking.

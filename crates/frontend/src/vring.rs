@@ -180,7 +180,9 @@ impl DriverQueue {
         if segs.len() > self.free.len() {
             return Err(Error::NoRoom("not enough free descriptors"));
         }
-        let ids: Vec<u16> = (0..segs.len()).map(|_| self.free.pop().unwrap_or(0)).collect();
+        let ids: Vec<u16> = (0..segs.len())
+            .map(|_| self.free.pop().unwrap_or(0))
+            .collect();
         for (i, seg) in segs.iter().enumerate() {
             let mut flags = if seg.writable { DESC_F_WRITE } else { 0 };
             let next = ids.get(i + 1).copied().unwrap_or(0);
@@ -238,7 +240,12 @@ impl DriverQueue {
         self.last_used = self.last_used.wrapping_add(1);
         if self.event_idx {
             let n = u64::from(self.size);
-            Self::store16(ram, self.avail + 4 + 2 * n, self.last_used, Ordering::Release)?;
+            Self::store16(
+                ram,
+                self.avail + 4 + 2 * n,
+                self.last_used,
+                Ordering::Release,
+            )?;
         }
         let head = u16::try_from(id)
             .ok()
@@ -261,7 +268,12 @@ impl DriverQueue {
             if self.event_idx {
                 // Ask for a call at the next entry, then re-check to close the race.
                 let n = u64::from(self.size);
-                Self::store16(ram, self.avail + 4 + 2 * n, self.last_used, Ordering::Release)?;
+                Self::store16(
+                    ram,
+                    self.avail + 4 + 2 * n,
+                    self.last_used,
+                    Ordering::Release,
+                )?;
                 fence(Ordering::SeqCst);
                 if let Some(u) = self.pop_used(ram)? {
                     return Ok(u);

@@ -202,7 +202,12 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
             match w {
                 Wl::SeqWrite(bs) => {
                     // No truncation: the FUSE side also overwrites one preallocated file.
-                    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&file).map_err(io)?;
+                    let f = OpenOptions::new()
+                        .create(true)
+                        .truncate(false)
+                        .write(true)
+                        .open(&file)
+                        .map_err(io)?;
                     let mut off = 0;
                     while off < n {
                         f.write_all_at(&data[..bs as usize], off).map_err(io)?;
@@ -221,7 +226,11 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
                     Ok((n / u64::from(bs), n))
                 }
                 Wl::RandWrite | Wl::RandRead => {
-                    let f = OpenOptions::new().read(true).write(true).open(&file).map_err(io)?;
+                    let f = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&file)
+                        .map_err(io)?;
                     let mut buf = vec![0u8; 4096];
                     for off in rand_offsets(o.rand_ops, n) {
                         if w == Wl::RandWrite {
@@ -234,11 +243,15 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
                 }
                 Wl::Create | Wl::Lookup | Wl::Getattr | Wl::Unlink => {
                     for i in 0..o.entries {
-                        let p = dir.join("meta").join(String::from_utf8_lossy(&name(i)).as_ref());
+                        let p = dir
+                            .join("meta")
+                            .join(String::from_utf8_lossy(&name(i)).as_ref());
                         match w {
                             Wl::Create => drop(File::create(&p).map_err(io)?),
                             Wl::Unlink => fs::remove_file(&p).map_err(io)?,
-                            _ => drop(fs::symlink_metadata(&p).map_err(io)?),
+                            _ => {
+                                fs::symlink_metadata(&p).map_err(io)?;
+                            }
                         }
                     }
                     Ok((o.entries as u64, 0))
@@ -258,7 +271,12 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
 }
 
 /// Pipeline `reqs`, failing on the first error reply; keeps payloads only when `keep`.
-fn pipeline(dev: &mut Device, reqs: Vec<FuseRequest>, depth: usize, keep: bool) -> Result<Vec<Vec<u8>>> {
+fn pipeline(
+    dev: &mut Device,
+    reqs: Vec<FuseRequest>,
+    depth: usize,
+    keep: bool,
+) -> Result<Vec<Vec<u8>>> {
     let mut replies = vec![Vec::new(); if keep { reqs.len() } else { 0 }];
     dev.submit_many(reqs, depth, |i, r| {
         r.payload()?;
@@ -304,7 +322,8 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32)
                     let offs = (0..n / u64::from(bs)).map(|i| i * u64::from(bs));
                     let reqs: Vec<_> = if matches!(w, Wl::SeqWrite(_)) {
                         let chunk: Arc<[u8]> = Arc::from(&data[..bs as usize]);
-                        offs.map(|off| ops::write(nid, fh, off, chunk.clone())).collect()
+                        offs.map(|off| ops::write(nid, fh, off, chunk.clone()))
+                            .collect()
                     } else {
                         offs.map(|off| ops::read(nid, fh, off, bs)).collect()
                     };
@@ -345,7 +364,9 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32)
                     Ok((o.entries as u64, 0))
                 }
                 Wl::Lookup => {
-                    let reqs = (0..o.entries).map(|i| ops::lookup(meta, &name(i))).collect();
+                    let reqs = (0..o.entries)
+                        .map(|i| ops::lookup(meta, &name(i)))
+                        .collect();
                     pipeline(&mut dev, reqs, d, false)?;
                     Ok((o.entries as u64, 0))
                 }
@@ -363,21 +384,32 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32)
                             let page = dev.readdir(meta, fh, off, 32 * 1024)?;
                             let Some(last) = page.last() else { break };
                             off = last.off;
-                            n += page.iter().filter(|e| e.name != b"." && e.name != b"..").count();
+                            n += page
+                                .iter()
+                                .filter(|e| e.name != b"." && e.name != b"..")
+                                .count();
                         }
                         dev.releasedir(meta, fh)?;
                     }
                     Ok((n as u64, 0))
                 }
                 Wl::Unlink => {
-                    let reqs = (0..o.entries).map(|i| ops::unlink(meta, &name(i))).collect();
+                    let reqs = (0..o.entries)
+                        .map(|i| ops::unlink(meta, &name(i)))
+                        .collect();
                     pipeline(&mut dev, reqs, d, false)?;
                     Ok((o.entries as u64, 0))
                 }
             }
         })?;
         let cpu = be.cpu_seconds()? - cpu0;
-        out.insert(w, Measure { cpu: Some(cpu), ..m });
+        out.insert(
+            w,
+            Measure {
+                cpu: Some(cpu),
+                ..m
+            },
+        );
         if w == Wl::Unlink {
             // Drop the lookup references taken by CREATE and LOOKUP (untimed).
             let forgets = nodes.iter().map(|&n| ops::forget(n, 2)).collect::<Vec<_>>();
@@ -395,9 +427,13 @@ fn spawn(o: &Opts, cmd: &str, sock: &Path) -> Result<BackendProcess> {
                 .replace("{dir}", &o.dir.to_string_lossy())
         })
         .collect();
-    let (prog, args) = words.split_first().ok_or_else(|| Error::Process("empty command".into()))?;
+    let (prog, args) = words
+        .split_first()
+        .ok_or_else(|| Error::Process("empty command".into()))?;
     let mut c = Command::new(prog);
-    c.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    c.args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     BackendProcess::spawn(c, sock, Duration::from_secs(20))
 }
 
@@ -419,7 +455,8 @@ fn run() -> Result<()> {
     let mut cols: Vec<Column> = Vec::new();
     let mut max_ios = Vec::new();
     for (name, cmd) in &o.backends {
-        let sock = std::env::temp_dir().join(format!("vufs-bench-{}-{name}.sock", std::process::id()));
+        let sock =
+            std::env::temp_dir().join(format!("vufs-bench-{}-{name}.sock", std::process::id()));
         let _ = fs::remove_file(&sock);
         let be = spawn(&o, cmd, &sock)?;
         let (res, max_io) = run_fuse(&o, &be)?;
