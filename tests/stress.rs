@@ -185,7 +185,7 @@ fn template(rng: &mut Rng, held: &Held, wild: bool) -> FuseRequest {
     let name: &[u8] = if rng.below(20) == 0 {
         &long
     } else {
-        rng.pick(NAMES)
+        NAMES[rng.below(NAMES.len())]
     };
     let mut nodes = vec![ROOT_ID, ROOT_ID, 0, u64::MAX, 0xdead_beef];
     nodes.extend(held.nodes.iter().rev().take(16));
@@ -222,7 +222,7 @@ fn template(rng: &mut Rng, held: &Held, wild: bool) -> FuseRequest {
         13 => ops::releasedir(node, fh),
         14 => ops::statfs(node),
         15 => ops::forget(node, *rng.pick(&[0, 1, 2, u64::MAX])),
-        16 => ops::rename(node, name, *rng.pick(&nodes), rng.pick(NAMES)),
+        16 => ops::rename(node, name, *rng.pick(&nodes), NAMES[rng.below(NAMES.len())]),
         17 => ops::truncate(node, off % (1 << 30)),
         _ => {
             let mut r = ops::getattr(node, None);
