@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Benchmark union-virtiofsd (release build) and virtiofsd through vufs-bench on one tmpfs
+# directory, printing one combined table. Extra arguments go to vufs-bench (e.g. --depth 32).
+# Needs root (tmpfs mount). Installs virtiofsd into .cache/tools/virtiofsd if absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}"
+
+vfsd="${VIRTIOFSD:-}"
+if [[ -z "$vfsd" ]]; then
+    vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
+    if [[ ! -x "$vfsd" ]]; then
+        if ! dpkg -s libseccomp-dev libcap-ng-dev pkg-config >/dev/null 2>&1; then
+            apt-get update -qq && apt-get install -y -qq libseccomp-dev libcap-ng-dev pkg-config
+        fi
+        cargo install --locked virtiofsd --root "$root/.cache/tools/virtiofsd"
+    fi
+fi
+
+nice cargo build --release --bin union-virtiofsd -p union-virtiofsd
+nice cargo build --release --bin vufs-bench -p vufs-frontend
+
+mnt=$(mktemp -d /tmp/vufs-bench.XXXXXX)
+cleanup() { umount "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true; }
+trap cleanup EXIT
+mount -t tmpfs -o size=2G tmpfs "$mnt"
+
+"$root/target/release/vufs-bench" --dir "$mnt" \
+    --backend "union-virtiofsd=$root/target/release/union-virtiofsd --socket-path {socket} --branch {dir}" \
+    --backend "virtiofsd=$vfsd --socket-path {socket} --shared-dir {dir} --cache never" \
+    "$@"
