@@ -98,6 +98,18 @@ struct Held {
     dirs: Vec<(u64, u64)>,
     nodes: Vec<u64>,
     fhs: Vec<u64>,
+    /// The absolute sentinel path that stands for `ABS`.
+    abs: Vec<u8>,
+}
+
+impl Held {
+    fn name<'a>(&'a self, n: &'a [u8]) -> &'a [u8] {
+        if n == ABS {
+            &self.abs
+        } else {
+            n
+        }
+    }
 }
 
 impl Held {
@@ -161,6 +173,9 @@ impl Held {
     }
 }
 
+/// Placeholder replaced by the absolute path of `<tmp>/sentinel/secret.txt`.
+const ABS: &[u8] = b"<abs-sentinel>";
+
 const NAMES: &[&[u8]] = &[
     b"f1",
     b"d1",
@@ -174,7 +189,10 @@ const NAMES: &[&[u8]] = &[
     b"../sentinel",
     b"../sentinel/secret.txt",
     b"../evil",
-    b"/etc/passwd",
+    // An absolute name, pointing into this test's own sentinel (see `ABS`): a backend that
+    // wrongly honours it damages only the sentinel, which the test then reports. Never name a
+    // host file here: a non-confining backend run as root would really change it.
+    ABS,
     b"a/b",
     b"d1/../../sentinel",
 ];
@@ -185,7 +203,7 @@ fn template(rng: &mut Rng, held: &Held, wild: bool) -> FuseRequest {
     let name: &[u8] = if rng.below(20) == 0 {
         &long
     } else {
-        NAMES[rng.below(NAMES.len())]
+        held.name(NAMES[rng.below(NAMES.len())])
     };
     let mut nodes = vec![ROOT_ID, ROOT_ID, 0, u64::MAX, 0xdead_beef];
     nodes.extend(held.nodes.iter().rev().take(16));
@@ -222,7 +240,12 @@ fn template(rng: &mut Rng, held: &Held, wild: bool) -> FuseRequest {
         13 => ops::releasedir(node, fh),
         14 => ops::statfs(node),
         15 => ops::forget(node, *rng.pick(&[0, 1, 2, u64::MAX])),
-        16 => ops::rename(node, name, *rng.pick(&nodes), NAMES[rng.below(NAMES.len())]),
+        16 => ops::rename(
+            node,
+            name,
+            *rng.pick(&nodes),
+            held.name(NAMES[rng.below(NAMES.len())]),
+        ),
         17 => ops::truncate(node, off % (1 << 30)),
         _ => {
             let mut r = ops::getattr(node, None);
@@ -357,7 +380,15 @@ fn random_and_mutated_frames_do_not_crash_leak_or_escape() {
     ];
     let mut d = Daemon::start_in(tmp, branches, &specs, &[]);
     let mut dev = d.session();
-    let mut held = Held::default();
+    let mut held = Held {
+        abs: d
+            .tmp
+            .path()
+            .join("sentinel/secret.txt")
+            .into_os_string()
+            .into_encoded_bytes(),
+        ..Held::default()
+    };
 
     // Warm up every code path once so lazily created fds are in the baseline.
     let f = dev.lookup(ROOT_ID, b"f1").unwrap();

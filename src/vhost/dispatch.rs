@@ -7,7 +7,9 @@ use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
+use fuse_backend_rs::abi::fuse_abi::{
+    EntryOut, FsOptions, InHeader, InitIn, InitIn2, Opcode, OpenOut, OutHeader,
+};
 use fuse_backend_rs::api::filesystem::{Context, FileSystem};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{pagesize, Reader, VirtioFsWriter, Writer};
@@ -41,6 +43,44 @@ fn is_no_reply(opcode: u32) -> bool {
 /// `Opcode::from` would transmute into invalid enum values) are answered ENOSYS here.
 fn server_knows(opcode: u32) -> bool {
     (1..Opcode::MaxOpcode as u32).contains(&opcode) && opcode != 7 && opcode != 19
+}
+
+/// The smallest reply buffer an opcode that creates guest-held state (a node reference or an
+/// open handle) needs for that state to reach the guest.
+fn min_reply(opcode: u32) -> Option<usize> {
+    const HDR: usize = size_of::<OutHeader>();
+    const ENTRY: usize = size_of::<EntryOut>();
+    const OPEN: usize = size_of::<OpenOut>();
+    match opcode {
+        x if x == Opcode::Lookup as u32
+            || x == Opcode::Mkdir as u32
+            || x == Opcode::Mknod as u32
+            || x == Opcode::Symlink as u32
+            || x == Opcode::Link as u32 =>
+        {
+            Some(HDR + ENTRY)
+        }
+        x if x == Opcode::Create as u32 => Some(HDR + ENTRY + OPEN),
+        x if x == Opcode::Open as u32 || x == Opcode::Opendir as u32 => Some(HDR + OPEN),
+        _ => None,
+    }
+}
+
+/// Whether every device-readable descriptor of `chain` comes before every writable one.
+fn readable_then_writable<M>(chain: &DescriptorChain<M>) -> bool
+where
+    M: Deref + Clone,
+    M::Target: GuestMemory + Sized,
+{
+    let mut seen_writable = false;
+    for d in chain.clone() {
+        if d.is_write_only() {
+            seen_writable = true;
+        } else if seen_writable {
+            return false;
+        }
+    }
+    true
 }
 
 impl<F> Dispatcher<F>
@@ -88,6 +128,12 @@ where
     {
         let head = chain.head_index();
         let mem = chain.memory();
+        if !readable_then_writable(&chain) {
+            // Virtio requires device-readable descriptors first; QEMU calls such a chain a
+            // broken driver. Serving a reordered view of it would be guesswork: drop it.
+            warn!("descriptor chain {head}: writable descriptor before a readable one, dropped");
+            return 0;
+        }
         let hdr = match Reader::from_descriptor_chain(mem, chain.clone())
             .ok()
             .and_then(|mut r| r.read_obj::<InHeader>().ok())
@@ -174,6 +220,14 @@ where
             let mut w = w;
             reply_errno(&mut w, hdr.unique, libc::ENOSYS)
         } else {
+            if let Some(need) = min_reply(op) {
+                if w.available_bytes() < need {
+                    // The filesystem would open a handle or take a reference the guest could
+                    // never learn about (and so never release): refuse before acting.
+                    let mut w = w;
+                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+                }
+            }
             let n = self
                 .server
                 .handle_message(r, w, None, None)
