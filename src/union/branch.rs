@@ -68,14 +68,20 @@ impl FromStr for Branch {
         if path.is_empty() {
             return Err(ParseBranchError::EmptyPath);
         }
-        Ok(Branch { path: PathBuf::from(path), mode })
+        Ok(Branch {
+            path: PathBuf::from(path),
+            mode,
+        })
     }
 }
 
 impl Branch {
     /// Parses a mergerfs-style branch list: `/a=RW:/b=RO:/c`.
     pub fn parse_list(s: &str) -> Result<Vec<Branch>, ParseBranchError> {
-        s.split(':').filter(|p| !p.is_empty()).map(str::parse).collect()
+        s.split(':')
+            .filter(|p| !p.is_empty())
+            .map(str::parse)
+            .collect()
     }
 }
 
@@ -92,7 +98,10 @@ mod tests {
         assert_eq!(l.len(), 3);
         assert_eq!(l[1].mode, BranchMode::NC);
         assert_eq!(l[2].mode, BranchMode::RW);
-        assert_eq!("/a=XX".parse::<Branch>(), Err(ParseBranchError::UnknownMode("XX".into())));
+        assert_eq!(
+            "/a=XX".parse::<Branch>(),
+            Err(ParseBranchError::UnknownMode("XX".into()))
+        );
         assert_eq!("=RW".parse::<Branch>(), Err(ParseBranchError::EmptyPath));
     }
 }
