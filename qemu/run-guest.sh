@@ -68,14 +68,23 @@ if [ -n "$script" ]; then
     # initrd = generic initramfs + a cpio archive holding only /scenario.sh.
     combined=$(mktemp --tmpdir uvfs-initrd.XXXXXX)
     stage=$(mktemp -d --tmpdir uvfs-scenario.XXXXXX)
-    trap 'rm -rf "$combined" "$stage"' EXIT
     install -m 755 "$script" "$stage/scenario.sh"
-    { cat "$initrd"; (cd "$stage" && echo scenario.sh | cpio -o -H newc --owner=0:0 --quiet); } >"$combined"
-    initrd=$combined
+    cp "$initrd" "$combined"
+    # The kernel looks for an uncompressed archive only at a 4-byte-aligned offset (it skips zero
+    # padding), so pad the gzip part first.
+    pad=$(((4 - $(stat -c %s "$combined") % 4) % 4))
+    head -c "$pad" /dev/zero >>"$combined"
+    (cd "$stage" && echo scenario.sh | cpio -o -H newc --owner=0:0 --quiet) >>"$combined"
+    # Keep it open on fd 3 and delete it now, so that nothing is left behind even though we exec
+    # QEMU (which makes QEMU, not this shell, the process a caller waits for and kills).
+    exec 3<"$combined"
+    rm -rf "$combined" "$stage"
+    initrd=/dev/fd/3
+    # Tells /init to expect /scenario.sh (and to fail, not fall back to a shell, without it).
+    append="uvfs.scenario=1 $append"
 fi
 
-# Not exec: the EXIT trap must remove the temporary initrd after QEMU ends.
-qemu-system-x86_64 \
+exec qemu-system-x86_64 \
     -accel tcg -cpu max -smp "$smp" \
     -m "$mem" \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
