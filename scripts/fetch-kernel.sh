@@ -7,7 +7,8 @@
 #
 # GUEST_KERNEL_SUITE picks the Debian suite the linux-image-cloud-amd64 metapackage is resolved in;
 # a suite not yet in the apt sources is added (plain "deb http://deb.debian.org/debian SUITE main";
-# only bookworm-backports is tested: a newer suite may also need its archive key).
+# bookworm-backports (6.12) is what CI uses; trixie-backports (7.x, with fs.fuse.max_pages_limit)
+# was tried once and fetched fine on bookworm).
 # The kernel must have virtio-fs, FUSE and virtio-pci built in (no modules in our initramfs); this is
 # checked against the package's config. Idempotent: once vmlinuz is cached nothing is downloaded.
 set -euo pipefail
@@ -39,11 +40,19 @@ trap 'rm -rf "$work"' EXIT
 # apt drops privileges to _apt for downloads; let it write here to avoid a warning.
 chmod 755 "$work"
 if id _apt >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then chown _apt "$work"; fi
-(cd "$work" && apt-get download -qq "$pkg/$suite" >&2)
-deb=$(ls "$work"/*.deb)
-dpkg-deb -x "$deb" "$work/x"
+# Up to 6.x the image package holds /boot/vmlinuz-* and /boot/config-*; newer Debian kernels
+# (trixie-backports 7.x) split them into linux-binary-REL (vmlinuz) and linux-base-REL (config).
+rel=${pkg#linux-image-}
+debs=("$pkg/$suite")
+for extra in "linux-binary-$rel" "linux-base-$rel"; do
+    if apt-cache show "$extra/$suite" >/dev/null 2>&1; then debs+=("$extra/$suite"); fi
+done
+(cd "$work" && apt-get download -qq "${debs[@]}" >&2)
+for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/x"; done
 
-config=$(ls "$work"/x/boot/config-*)
+vmlinuz=$(find "$work/x" -path '*/boot/vmlinuz*' -type f -o -path '*/modules/*/vmlinuz' -type f | head -1)
+config=$(find "$work/x" -path '*/boot/config-*' -type f -o -path '*/modules/*/config' -type f | head -1)
+{ [ -n "$vmlinuz" ] && [ -n "$config" ]; } || die "no vmlinuz/config in ${debs[*]}"
 for opt in CONFIG_VIRTIO_FS CONFIG_FUSE_FS CONFIG_VIRTIO_PCI CONFIG_DEVTMPFS CONFIG_SERIAL_8250_CONSOLE \
     CONFIG_BLK_DEV_INITRD CONFIG_RD_GZIP; do
     grep -qx "$opt=y" "$config" || die "$pkg: $opt is not built in (need $opt=y)"
@@ -51,8 +60,8 @@ done
 
 mkdir -p "$dest"
 cp "$config" "$dest/config"
-cp "$work"/x/boot/vmlinuz-* "$dest/vmlinuz.tmp"
+cp "$vmlinuz" "$dest/vmlinuz.tmp"
 mv "$dest/vmlinuz.tmp" "$dest/vmlinuz"
-basename "$deb" .deb >"$dest/version"
+apt-cache policy "$pkg" | sed -n 's/^ *Candidate: //p' | sed "s/^/$pkg /" >"$dest/version"
 log "cached $(cat "$dest/version") in $dest"
 echo "$dest/vmlinuz"
