@@ -6,12 +6,19 @@
 //! cargo run --example guest_backend -- virtiofsd --socket-path {socket} --shared-dir {dir} --cache never
 //! ```
 //! `{socket}` becomes the vhost-user socket, `{dir}` a fresh temporary directory to serve.
+//!
+//! With `--mergerfs` first, it runs the union e2e scenario instead (tests/support/union_case.rs),
+//! with `{dir}` a mergerfs mount of branch a (RW) and a read-only bind mount of branch b (RO): a
+//! check that the e2e test's expectations are mergerfs's behaviour. Needs root, mergerfs, FUSE.
 
 #[path = "../tests/support/guest.rs"]
 mod guest;
+#[path = "../tests/support/union_case.rs"]
+mod union_case;
 
 use std::fs;
-use std::process::ExitCode;
+use std::path::Path;
+use std::process::{Command, ExitCode};
 
 const SCENARIO: &str = r#"
 expect_eq "$(cat hello.txt)" "from host" "read host file"
@@ -29,10 +36,74 @@ cmp /tmp/big big.bin || fail "4 MiB round trip differs"
 section ls ls -1
 "#;
 
+/// Runs `program args`, panicking unless it succeeds.
+fn sh(program: &str, args: &[&str]) {
+    let status = Command::new(program).args(args).status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "{program} {args:?} failed"
+    );
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The union scenario against `backend` serving a mergerfs mount of the union-case branches.
+fn mergerfs_reference(program: &str, args: &[String]) -> ExitCode {
+    let br = union_case::branches();
+    let b_before = union_case::snapshot_b(&br);
+    let (b_ro, mnt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // mergerfs's RO mode only keeps creates off a branch; a read-only bind mount makes writes to
+    // existing files fail with EROFS too, which is what our RO mode promises.
+    sh(
+        "mount",
+        &["--bind", path_str(br.b.path()), path_str(b_ro.path())],
+    );
+    sh("mount", &["-o", "remount,bind,ro", path_str(b_ro.path())]);
+    let branches = format!("{}=RW:{}=RO", path_str(br.a.path()), path_str(b_ro.path()));
+    sh(
+        "mergerfs",
+        &[
+            "-o",
+            "cache.files=off,category.create=epmfs",
+            &branches,
+            path_str(mnt.path()),
+        ],
+    );
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{dir}", path_str(mnt.path())))
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = std::panic::catch_unwind(|| {
+        guest::run_scenario(
+            &guest::Backend::command(program, &args),
+            &guest::Guest::default(),
+            union_case::UNION_SCENARIO,
+        )
+    });
+    sh("fusermount3", &["-u", path_str(mnt.path())]);
+    sh("umount", &[path_str(b_ro.path())]);
+    let run = run.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    println!("{}", run.console);
+    union_case::check(&run, &br, &b_before);
+    println!("guest_backend --mergerfs: PASS ({:.1?})", run.elapsed);
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--mergerfs") {
+        argv.remove(0);
+        if let Some((program, args)) = argv.split_first() {
+            return mergerfs_reference(program, args);
+        }
+    }
     let Some((program, args)) = argv.split_first() else {
-        eprintln!("usage: guest_backend PROGRAM ARGS... ({{socket}}, {{dir}} are substituted)");
+        eprintln!(
+            "usage: guest_backend [--mergerfs] PROGRAM ARGS... ({{socket}}, {{dir}} are substituted)"
+        );
         return ExitCode::from(2);
     };
     let dir = tempfile::tempdir().expect("temp dir");

@@ -5,140 +5,25 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/union_case.rs"]
+mod union_case;
 
 use std::fs;
-use std::path::Path;
 
 use guest::{Backend, Guest, Mode};
-use tempfile::TempDir;
-
-/// Branch `a` (RW, first) and `b` (RO), pre-populated so that names overlap and differ.
-struct Branches {
-    a: TempDir,
-    b: TempDir,
-}
-
-fn write(root: &Path, rel: &str, contents: &[u8]) {
-    let path = root.join(rel);
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, contents).unwrap();
-}
-
-fn branches() -> Branches {
-    let (a, b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    write(a.path(), "shared.txt", b"from a\n");
-    write(b.path(), "shared.txt", b"from b, must stay hidden\n");
-    write(a.path(), "onlya/a1.txt", b"a1\n");
-    write(b.path(), "onlyb/b1.txt", b"b1\n");
-    write(a.path(), "common/x_a.txt", b"xa\n");
-    write(b.path(), "common/x_b.txt", b"xb\n");
-    write(b.path(), "ro.txt", b"read only\n");
-    Branches { a, b }
-}
-
-const UNION_SCENARIO: &str = r#"
-# First branch wins for a name in both branches.
-expect_eq "$(cat shared.txt)" "from a" "shared.txt content"
-expect_eq "$(cat ro.txt)" "read only" "RO-only file readable"
-expect_eq "$(cat onlyb/b1.txt)" "b1" "file in RO-only dir"
-
-# Merged, de-duplicated readdir.
-section root ls -1a
-section common ls -1 common
-
-# create, write, read back, append
-echo hello > new.txt
-expect_eq "$(cat new.txt)" "hello" "read back"
-echo more >> new.txt
-expect_eq "$(cat new.txt)" "hello
-more" "read back after append"
-echo c > common/new_c.txt
-
-# rename
-mv new.txt renamed.txt
-[ ! -e new.txt ] || fail "new.txt still exists after rename"
-expect_eq "$(cat renamed.txt)" "hello
-more" "renamed content"
-
-# unlink
-echo tmp > gone.txt
-rm gone.txt
-[ ! -e gone.txt ] || fail "gone.txt still exists after unlink"
-
-# mkdir where the parent exists only on the RW branch
-mkdir onlya/sub
-echo s > onlya/sub/f.txt
-expect_eq "$(cat onlya/sub/f.txt)" "s" "file in new dir"
-
-# the RO branch is never modified
-expect_err "Read-only file system" "echo x > /mnt/ro.txt"
-expect_err "Read-only file system" "echo x >> /mnt/ro.txt"
-expect_err "Read-only file system" "mkdir /mnt/onlyb/sub"
-expect_eq "$(cat ro.txt)" "read only" "RO file unchanged"
-
-section after ls -1a
-"#;
 
 #[test]
 fn union_semantics_in_guest() {
-    let br = branches();
-    let b_before = guest::snapshot(br.b.path());
+    let br = union_case::branches();
+    let b_before = union_case::snapshot_b(&br);
     let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], &[]);
-    let run = guest::run_scenario(&backend, &Guest::default(), UNION_SCENARIO);
-    run.assert_success();
-
-    let section = |name| {
-        run.section(name)
-            .unwrap_or_else(|| panic!("no section {name}\n{}", run.transcript()))
-    };
-    assert_eq!(
-        section("root"),
-        [
-            ".",
-            "..",
-            "common",
-            "onlya",
-            "onlyb",
-            "ro.txt",
-            "shared.txt"
-        ],
-        "merged root listing"
-    );
-    assert_eq!(section("common"), ["x_a.txt", "x_b.txt"], "merged common/");
-    assert_eq!(
-        section("after"),
-        [
-            ".",
-            "..",
-            "common",
-            "onlya",
-            "onlyb",
-            "renamed.txt",
-            "ro.txt",
-            "shared.txt"
-        ],
-        "root listing after the scenario"
-    );
-
-    // New files landed in the first RW branch; the RO branch is byte-for-byte unchanged.
-    let a = br.a.path();
-    assert_eq!(fs::read(a.join("renamed.txt")).unwrap(), b"hello\nmore\n");
-    assert_eq!(fs::read(a.join("common/new_c.txt")).unwrap(), b"c\n");
-    assert_eq!(fs::read(a.join("onlya/sub/f.txt")).unwrap(), b"s\n");
-    for gone in ["new.txt", "gone.txt", "onlyb", "ro.txt"] {
-        assert!(!a.join(gone).exists(), "{gone} must not exist in branch a");
-    }
-    assert_eq!(fs::read(a.join("shared.txt")).unwrap(), b"from a\n");
-    assert_eq!(
-        guest::snapshot(br.b.path()),
-        b_before,
-        "RO branch b was modified"
-    );
+    let run = guest::run_scenario(&backend, &Guest::default(), union_case::UNION_SCENARIO);
+    union_case::check(&run, &br, &b_before);
 }
 
 /// Reads a 4 MiB host file, writes a copy through the guest, and reports the negotiated max_pages.
 fn big_io_with(extra: &[&str]) -> u32 {
-    let br = branches();
+    let br = union_case::branches();
     let pattern: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
     fs::write(br.a.path().join("big.bin"), &pattern).unwrap();
     let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], extra);
