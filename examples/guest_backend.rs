@@ -33,6 +33,10 @@ dd if=/dev/urandom of=/tmp/big bs=1M count=4 2>/dev/null
 dd if=/tmp/big of=big.bin bs=1M 2>/dev/null
 sync; echo 3 > /proc/sys/vm/drop_caches
 cmp /tmp/big big.bin || fail "4 MiB round trip differs"
+dd if=big.bin of=direct.bin bs=1M oflag=direct 2>/dev/null
+dd if=direct.bin of=/tmp/big2 bs=1M iflag=direct 2>/dev/null
+cmp /tmp/big /tmp/big2 || fail "4 MiB O_DIRECT round trip differs"
+rm direct.bin
 section ls ls -1
 "#;
 

@@ -389,7 +389,7 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
         .arg("--script")
         .arg(&script)
         .args(["--append", &guest.append])
-        // run-guest.sh's temporary initrd lands in `work`, removed even if QEMU is killed.
+        // Any temporary file run-guest.sh makes lands in `work`, removed with it.
         .env("TMPDIR", work.path());
     reaper.0.push(spawn_logged(&mut qemu, &console_log));
     let timed_out = wait_until(&mut reaper.0[1], start + guest.timeout).is_none();

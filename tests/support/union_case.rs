@@ -21,12 +21,15 @@ pub struct Branches {
     pub b: TempDir,
 }
 
+/// Writes `contents` to `root/rel`, creating parent directories.
 pub fn write(root: &Path, rel: &str, contents: &[u8]) {
     let path = root.join(rel);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, contents).unwrap();
 }
 
+/// Fresh branches: `shared.txt` in both (different contents), `onlya/` only in a, `onlyb/` and
+/// `ro.txt` only in b, `common/` in both with one file each.
 pub fn branches() -> Branches {
     let (a, b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
     write(a.path(), "shared.txt", b"from a\n");
