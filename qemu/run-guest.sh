@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Boots the union-virtiofsd test guest against a vhost-user-fs backend that is already listening.
+#
+#   qemu/run-guest.sh --socket /tmp/u.sock [--tag share] [--queue-size 1024] [--mem 512M]
+#                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
+#                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
+#
+# Start the backend first, e.g.
+#   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
+#   qemu/run-guest.sh --socket /tmp/u.sock                 # interactive shell, share on /mnt
+#   qemu/run-guest.sh --socket /tmp/u.sock --script t.sh   # run t.sh in the guest, then power off
+# Interactive: "exit" in the guest shell powers off; Ctrl-A X quits QEMU.
+#
+# Without --kernel/--initrd, scripts/fetch-kernel.sh and scripts/build-initramfs.sh provide them
+# (cached in .cache/guest/). With --script, the file is packed as /scenario.sh into a small cpio
+# archive appended to the initrd; the guest's /init (qemu/init) runs it with /mnt as working
+# directory and prints "=== SCENARIO EXIT <status> ===" before powering off.
+#
+# QEMU flags, and why:
+#   -accel tcg                 software emulation: nested KVM is not available on our machines.
+#   -cpu max                   every feature TCG can emulate (faster string ops, no warnings).
+#   -m SIZE -object memory-backend-memfd,id=mem,size=SIZE,share=on -numa node,memdev=mem
+#                              guest RAM in a shared memfd: vhost-user backends map guest memory
+#                              through the fds QEMU sends, so RAM must be shareable.
+#   -chardev socket,id=fs0,path=SOCK
+#                              the vhost-user control socket (the backend is the server).
+#   -device vhost-user-fs-pci,chardev=fs0,tag=TAG,queue-size=N
+#                              the virtio-fs device; TAG is what the guest mounts; N is the request
+#                              queue size (it bounds the pages per request: max_pages <= N - 4).
+#   -kernel / -initrd / -append
+#                              direct kernel boot, no disk. console=ttyS0 sends the console to the
+#                              serial port; panic=-1 reboots at once on panic, which -no-reboot
+#                              turns into a QEMU exit; uvfs.tag tells /init which tag to mount.
+#   -nographic -nodefaults -serial mon:stdio
+#                              no display and no default devices (no NIC, VGA, floppy); the serial
+#                              console and the QEMU monitor (Ctrl-A C) multiplexed on stdio.
+#   -no-reboot                 a guest reboot (or panic) exits QEMU instead of looping.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+
+socket="" tag=share queue_size=1024 mem=512M smp=1 script="" append="" kernel="" initrd=""
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --socket) socket=$2; shift 2 ;;
+    --tag) tag=$2; shift 2 ;;
+    --queue-size) queue_size=$2; shift 2 ;;
+    --mem) mem=$2; shift 2 ;;
+    --smp) smp=$2; shift 2 ;;
+    --script) script=$2; shift 2 ;;
+    --append) append=$2; shift 2 ;;
+    --kernel) kernel=$2; shift 2 ;;
+    --initrd) initrd=$2; shift 2 ;;
+    -h | --help) usage 0 ;;
+    *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
+    esac
+done
+[ -n "$socket" ] || { echo "run-guest.sh: --socket is required" >&2; usage 2 >&2; }
+[ -S "$socket" ] || { echo "run-guest.sh: $socket is not a socket: start the backend first" >&2; exit 2; }
+command -v qemu-system-x86_64 >/dev/null ||
+    { echo "run-guest.sh: qemu-system-x86_64 not found: run scripts/install-deps.sh" >&2; exit 2; }
+
+[ -n "$kernel" ] || kernel=$("$root/scripts/fetch-kernel.sh")
+[ -n "$initrd" ] || initrd=$("$root/scripts/build-initramfs.sh")
+
+if [ -n "$script" ]; then
+    # initrd = generic initramfs + a cpio archive holding only /scenario.sh.
+    combined=$(mktemp --tmpdir uvfs-initrd.XXXXXX)
+    stage=$(mktemp -d --tmpdir uvfs-scenario.XXXXXX)
+    install -m 755 "$script" "$stage/scenario.sh"
+    cp "$initrd" "$combined"
+    # The kernel looks for an uncompressed archive only at a 4-byte-aligned offset (it skips zero
+    # padding), so pad the gzip part first.
+    pad=$(((4 - $(stat -c %s "$combined") % 4) % 4))
+    head -c "$pad" /dev/zero >>"$combined"
+    (cd "$stage" && echo scenario.sh | cpio -o -H newc --owner=0:0 --quiet) >>"$combined"
+    # Keep it open on fd 3 and delete it now, so that nothing is left behind even though we exec
+    # QEMU (which makes QEMU, not this shell, the process a caller waits for and kills).
+    exec 3<"$combined"
+    rm -rf "$combined" "$stage"
+    initrd=/dev/fd/3
+    # Tells /init to expect /scenario.sh (and to fail, not fall back to a shell, without it).
+    append="uvfs.scenario=1 $append"
+fi
+
+exec qemu-system-x86_64 \
+    -accel tcg -cpu max -smp "$smp" \
+    -m "$mem" \
+    -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
+    -chardev "socket,id=fs0,path=$socket" \
+    -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size" \
+    -kernel "$kernel" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
+    -nographic -nodefaults -serial mon:stdio \
+    -no-reboot

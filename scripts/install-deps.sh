@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the host packages the real-guest tests and the demo need: QEMU 10 from bookworm-backports
+# (vhost-user-fs with memfd shared memory), busybox-static and cpio for the guest initramfs, and the
+# build dependencies of the reference virtiofsd. Adds the bookworm-backports apt source if missing.
+# Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# package -> a file it installs; a package counts as present when that file exists.
+declare -A probe=(
+    [qemu-system-x86]=/usr/bin/qemu-system-x86_64
+    [busybox-static]=/bin/busybox
+    [cpio]=/usr/bin/cpio
+    [pkg-config]=/usr/bin/pkg-config
+    [libseccomp-dev]=/usr/include/seccomp.h
+    [libcap-ng-dev]=/usr/include/cap-ng.h
+    [fuse3]=/usr/bin/fusermount3
+    [mergerfs]=/usr/bin/mergerfs
+)
+missing=()
+for pkg in "${!probe[@]}"; do
+    [ -e "${probe[$pkg]}" ] || missing+=("$pkg")
+done
+
+# QEMU must come from backports: bookworm's own 7.2 is too old for what we test.
+qemu_ok=0
+if [ -x /usr/bin/qemu-system-x86_64 ]; then
+    major=$(/usr/bin/qemu-system-x86_64 --version | sed -n 's/^QEMU emulator version \([0-9]*\).*/\1/p')
+    [ "${major:-0}" -ge 8 ] && qemu_ok=1
+fi
+
+if [ ${#missing[@]} -eq 0 ] && [ $qemu_ok -eq 1 ] && apt_has_suite bookworm-backports; then
+    log "all host dependencies present"
+    exit 0
+fi
+
+ensure_apt_suite bookworm-backports
+log "installing: ${missing[*]:-} qemu-system-x86/bookworm-backports"
+as_root apt-get install -y -qq --no-install-recommends \
+    -t bookworm-backports qemu-system-x86 >&2
+others=()
+for pkg in "${missing[@]}"; do
+    [ "$pkg" = qemu-system-x86 ] || others+=("$pkg")
+done
+if [ ${#others[@]} -gt 0 ]; then
+    as_root apt-get install -y -qq --no-install-recommends "${others[@]}" >&2
+fi
+log "done: $(/usr/bin/qemu-system-x86_64 --version | head -1)"

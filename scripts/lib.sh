@@ -1,0 +1,46 @@
+# shellcheck shell=bash
+# Shared helpers for the scripts in this directory: repo paths, logging, apt sources.
+# Sourced, never executed; must not change the caller's shell options or working directory.
+
+UVFS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+UVFS_GUEST_CACHE="${UVFS_GUEST_CACHE:-$UVFS_ROOT/.cache/guest}"
+
+# log MSG...: progress goes to stderr so stdout stays free for results (paths).
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# as_root CMD...: run CMD as root (directly, or with sudo when we are not root).
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+export DEBIAN_FRONTEND=noninteractive
+
+# apt_has_suite SUITE: true if some configured apt source lists SUITE.
+apt_has_suite() {
+    grep -rqsE "(^|[[:space:]])$1([[:space:]]|$)" /etc/apt/sources.list /etc/apt/sources.list.d/
+}
+
+# ensure_apt_suite SUITE: add "deb http://deb.debian.org/debian SUITE main" if missing, then
+# refresh the package lists. Backports suites are NotAutomatic, so adding one never changes
+# which version a plain `apt-get install` picks.
+ensure_apt_suite() {
+    local suite=$1
+    if ! apt_has_suite "$suite"; then
+        log "adding apt source for $suite"
+        echo "deb http://deb.debian.org/debian $suite main" |
+            as_root tee "/etc/apt/sources.list.d/$suite.list" >/dev/null
+        apt_updated=""
+    fi
+    apt_update_once
+}
+
+# apt_update_once: run `apt-get update` at most once per script run.
+apt_updated=""
+apt_update_once() {
+    if [ -z "$apt_updated" ]; then
+        log "apt-get update"
+        as_root apt-get update -qq >&2
+        apt_updated=1
+    fi
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's test command: installs host dependencies, prepares the guest kernel and initramfs
+# (cached in .cache/guest/), then runs every test, the real-guest e2e tests included.
+#   scripts/test.sh [extra cargo test args]
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+cd "$UVFS_ROOT"
+
+timed() { local t0=$SECONDS; "$@"; log "$(basename "$1"): $((SECONDS - t0)) s"; }
+timed scripts/install-deps.sh
+timed scripts/fetch-kernel.sh >/dev/null
+timed scripts/build-initramfs.sh >/dev/null
+cargo test --all-targets "$@"

@@ -1,0 +1,457 @@
+//! Real-guest end-to-end harness: starts a vhost-user-fs backend on a temporary socket, boots the
+//! test guest (qemu/run-guest.sh, TCG) with a scenario shell script, and returns the serial console
+//! and the backend's log. It never skips: a missing kernel, initramfs or QEMU is a test failure.
+//!
+//! Included by each test crate with `#[path = "support/guest.rs"] mod guest;`.
+//!
+//! Console protocol (printed by qemu/init): `=== UVFS BOOTED <uptime> ===`,
+//! `=== UVFS MOUNTED <tag> ===` or `=== UVFS MOUNT FAILED <tag> ===`, `=== SCENARIO START ===`,
+//! `=== SCENARIO EXIT <status> ===`, `=== UVFS POWEROFF ===`. Scenarios may print
+//! `=== BEGIN <name> ===` ... `=== END <name> ===` sections, see [`GuestRun::section`].
+
+// Each test crate uses a different subset of this module.
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+/// Shell helpers prepended to every scenario. `set -eu`: the first failing command ends the
+/// scenario with a non-zero `SCENARIO EXIT`.
+pub const PRELUDE: &str = r#"set -eu
+# fail MSG: end the scenario with status 1.
+fail() { echo "FAIL: $*"; exit 1; }
+# expect_eq ACTUAL EXPECTED WHAT
+expect_eq() { [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"; }
+# expect_err TEXT SHELL-COMMAND: the command must fail and print TEXT (e.g. an strerror) on stderr.
+expect_err() {
+    if out=$(sh -c "$2" 2>&1); then fail "expected failure with '$1': $2"; fi
+    case "$out" in *"$1"*) echo "ok (failed as expected): $2: $out" ;;
+    *) fail "$2: expected error '$1', got: $out" ;; esac
+}
+# section NAME COMMAND...: print the command's output between markers for the host to parse.
+section() { n=$1; shift; echo "=== BEGIN $n ==="; "$@"; echo "=== END $n ==="; }
+"#;
+
+/// How long the daemon may take to create its socket.
+const SOCKET_DEADLINE: Duration = Duration::from_secs(20);
+/// How long the backend may take to exit after SIGTERM once the guest is gone.
+const BACKEND_EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// A vhost-user-fs backend command line. `{socket}` in any argument is replaced by the socket path.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    /// Program to run.
+    pub program: PathBuf,
+    /// Arguments, with `{socket}` placeholders.
+    pub args: Vec<String>,
+}
+
+/// Branch modes as written on the daemon's command line.
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    /// Read-write.
+    Rw,
+    /// Read-only: never modified.
+    Ro,
+    /// No-create: existing files are writable, nothing new is created there.
+    Nc,
+}
+
+impl Backend {
+    /// Our daemon (`union-virtiofsd`) over `branches`, with debug logging and `extra` arguments.
+    pub fn union(branches: &[(&Path, Mode)], extra: &[&str]) -> Self {
+        let mut args = vec!["--socket-path".to_owned(), "{socket}".to_owned()];
+        for (path, mode) in branches {
+            let mode = match mode {
+                Mode::Rw => "RW",
+                Mode::Ro => "RO",
+                Mode::Nc => "NC",
+            };
+            args.push("--branch".to_owned());
+            args.push(format!("{}={mode}", path.display()));
+        }
+        args.extend(["--log-level", "debug"].map(str::to_owned));
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Self {
+            program: daemon_binary(),
+            args,
+        }
+    }
+
+    /// Any backend, e.g. the reference virtiofsd:
+    /// `Backend::command("virtiofsd", &["--socket-path", "{socket}", "--shared-dir", dir, "--cache", "never"])`.
+    pub fn command(program: impl Into<PathBuf>, args: &[&str]) -> Self {
+        Self {
+            program: program.into(),
+            args: args.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+}
+
+/// The daemon binary: cargo's for integration tests, else `$UVFS_DAEMON` (examples, benchmarks).
+fn daemon_binary() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_union-virtiofsd") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(
+            std::env::var_os("UVFS_DAEMON")
+                .expect("set UVFS_DAEMON to the union-virtiofsd binary (outside cargo's tests)"),
+        ),
+    }
+}
+
+/// Guest (QEMU) settings.
+#[derive(Clone, Debug)]
+pub struct Guest {
+    /// virtio-fs tag the guest mounts on /mnt.
+    pub tag: String,
+    /// Request queue size of the vhost-user-fs-pci device.
+    pub queue_size: u32,
+    /// Guest RAM, QEMU syntax.
+    pub mem: String,
+    /// Wall-clock limit for the whole guest run; QEMU and the backend are killed after it.
+    pub timeout: Duration,
+    /// Extra kernel command-line arguments.
+    pub append: String,
+}
+
+impl Default for Guest {
+    fn default() -> Self {
+        Self {
+            tag: "share".to_owned(),
+            queue_size: 1024,
+            mem: "512M".to_owned(),
+            timeout: Duration::from_secs(120),
+            append: String::new(),
+        }
+    }
+}
+
+/// What one guest run produced.
+#[derive(Debug)]
+pub struct GuestRun {
+    /// Everything QEMU printed: serial console (kernel + scenario output) and QEMU's own messages.
+    pub console: String,
+    /// The backend's stdout and stderr.
+    pub daemon_log: String,
+    /// Status from `=== SCENARIO EXIT N ===`; `None` if the guest never got that far.
+    pub exit_code: Option<i32>,
+    /// Whether the guest mounted the share.
+    pub mounted: bool,
+    /// Whether the run hit [`Guest::timeout`].
+    pub timed_out: bool,
+    /// Wall-clock time of the QEMU run (boot + scenario + poweroff).
+    pub elapsed: Duration,
+}
+
+impl GuestRun {
+    /// Panics, showing the console and the backend log, unless the scenario exited 0.
+    pub fn assert_success(&self) {
+        if self.exit_code != Some(0) {
+            panic!(
+                "guest scenario failed: exit_code={:?} mounted={} timed_out={}\n{}",
+                self.exit_code,
+                self.mounted,
+                self.timed_out,
+                self.transcript()
+            );
+        }
+    }
+
+    /// Console and backend log, for failure messages.
+    pub fn transcript(&self) -> String {
+        format!(
+            "----- guest console -----\n{}\n----- backend log (last 200 lines) -----\n{}\n-----",
+            self.console,
+            tail(&self.daemon_log, 200)
+        )
+    }
+
+    /// Lines printed between `=== BEGIN name ===` and `=== END name ===` (first such section).
+    pub fn section(&self, name: &str) -> Option<Vec<String>> {
+        let begin = format!("=== BEGIN {name} ===");
+        let end = format!("=== END {name} ===");
+        let mut lines = self.console.lines().map(|l| l.trim_end_matches('\r'));
+        lines.by_ref().find(|l| *l == begin)?;
+        let mut out = Vec::new();
+        for line in lines {
+            if line == end {
+                return Some(out);
+            }
+            out.push(line.to_owned());
+        }
+        None
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Repository root (the crate's manifest directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Kernel and generic initramfs, prepared once per test process by the scripts.
+pub struct Images {
+    /// vmlinuz.
+    pub kernel: PathBuf,
+    /// Generic initramfs (without a scenario).
+    pub initrd: PathBuf,
+}
+
+/// Runs `scripts/NAME` and returns the path it prints as its last stdout line.
+fn run_path_script(name: &str) -> Result<PathBuf, String> {
+    let script = repo_root().join("scripts").join(name);
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = stdout.lines().last().unwrap_or("").trim();
+    if !out.status.success() || path.is_empty() || !Path::new(path).is_file() {
+        return Err(format!(
+            "{} failed ({}): {}{}",
+            script.display(),
+            out.status,
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// The guest kernel and initramfs; panics with the reason if they cannot be prepared.
+/// `UVFS_GUEST_KERNEL` / `UVFS_GUEST_INITRD` override the scripts.
+pub fn images() -> &'static Images {
+    static IMAGES: OnceLock<Result<Images, String>> = OnceLock::new();
+    let prepared = IMAGES.get_or_init(|| {
+        let pick = |var: &str, script: &str| match std::env::var_os(var) {
+            Some(p) => Ok(PathBuf::from(p)),
+            None => run_path_script(script),
+        };
+        Ok(Images {
+            kernel: pick("UVFS_GUEST_KERNEL", "fetch-kernel.sh")?,
+            initrd: pick("UVFS_GUEST_INITRD", "build-initramfs.sh")?,
+        })
+    });
+    match prepared {
+        Ok(images) => images,
+        Err(e) => panic!(
+            "cannot prepare the test guest (run scripts/install-deps.sh, scripts/fetch-kernel.sh, \
+             scripts/build-initramfs.sh): {e}"
+        ),
+    }
+}
+
+fn require_qemu() {
+    let found = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "qemu-system-x86_64 not found: run scripts/install-deps.sh (QEMU from bookworm-backports)"
+    );
+}
+
+/// Sends `signal` to the process group led by `child` (spawned with `process_group(0)`).
+fn signal_group(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Polls `child` until it exits or `deadline` passes.
+fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops a process group: SIGTERM, a bounded wait, then SIGKILL.
+fn stop(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    signal_group(child, "TERM");
+    if wait_until(child, Instant::now() + BACKEND_EXIT_GRACE).is_none() {
+        signal_group(child, "KILL");
+        let _ = child.wait();
+    }
+}
+
+/// Kills the backend and QEMU if a panic unwinds past them.
+struct Reaper(Vec<Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        // QEMU (pushed last) first: the backend should see the frontend go away.
+        for child in self.0.iter_mut().rev() {
+            stop(child);
+        }
+    }
+}
+
+/// Guests run one at a time: TCG on two cores is slow enough that parallel guests would hit
+/// timeouts, and each run's timeout should measure only its own guest.
+static GUEST_LOCK: Mutex<()> = Mutex::new(());
+
+fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
+    let file = File::create(log).expect("create log file");
+    let err = file.try_clone().expect("dup log file");
+    cmd.stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()))
+}
+
+/// Starts `backend`, boots the guest with `scenario` (a busybox `sh` script run in /mnt after
+/// [`PRELUDE`]), and returns what happened. Panics only on harness problems (missing QEMU or
+/// kernel, backend that never creates its socket); a failing scenario is reported in the result.
+pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
+    require_qemu();
+    let images = images();
+    let _serial = GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+
+    let work = tempfile::Builder::new()
+        .prefix("uvfs-e2e-")
+        .tempdir()
+        .expect("temp dir");
+    let socket = work.path().join("vhost-fs.sock");
+    let socket_str = socket.to_str().expect("utf-8 temp path");
+    let daemon_log = work.path().join("backend.log");
+    let console_log = work.path().join("console.log");
+    let script = work.path().join("scenario.sh");
+    fs::write(&script, format!("{PRELUDE}\n{scenario}\n")).expect("write scenario");
+
+    let mut reaper = Reaper(Vec::new());
+    let args: Vec<String> = backend
+        .args
+        .iter()
+        .map(|a| a.replace("{socket}", socket_str))
+        .collect();
+    reaper.0.push(spawn_logged(
+        Command::new(&backend.program).args(&args),
+        &daemon_log,
+    ));
+
+    // Bounded poll for the listening socket; stop early if the backend died.
+    let deadline = Instant::now() + SOCKET_DEADLINE;
+    while !socket.exists() {
+        let exited = reaper.0[0].try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() >= deadline {
+            let log = fs::read_to_string(&daemon_log).unwrap_or_default();
+            panic!(
+                "backend {} {:?} did not create {} ({}):\n{log}",
+                backend.program.display(),
+                args,
+                socket.display(),
+                match exited {
+                    Some(s) => format!("exited with {s}"),
+                    None => format!("not within {SOCKET_DEADLINE:?}"),
+                }
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+
+    let start = Instant::now();
+    let mut qemu = Command::new("bash");
+    qemu.arg(repo_root().join("qemu/run-guest.sh"))
+        .args(["--socket", socket_str])
+        .args(["--tag", &guest.tag])
+        .args(["--queue-size", &guest.queue_size.to_string()])
+        .args(["--mem", &guest.mem])
+        .arg("--kernel")
+        .arg(&images.kernel)
+        .arg("--initrd")
+        .arg(&images.initrd)
+        .arg("--script")
+        .arg(&script)
+        .args(["--append", &guest.append])
+        // Any temporary file run-guest.sh makes lands in `work`, removed with it.
+        .env("TMPDIR", work.path());
+    reaper.0.push(spawn_logged(&mut qemu, &console_log));
+    let timed_out = wait_until(&mut reaper.0[1], start + guest.timeout).is_none();
+    let elapsed = start.elapsed();
+    drop(reaper); // stops QEMU (if timed out) and the backend
+
+    let console = String::from_utf8_lossy(&fs::read(&console_log).unwrap_or_default()).into_owned();
+    let daemon_log =
+        String::from_utf8_lossy(&fs::read(&daemon_log).unwrap_or_default()).into_owned();
+    let marker = |l: &str| l.trim_end_matches('\r').to_owned();
+    let exit_code = console.lines().map(marker).find_map(|l| {
+        l.strip_prefix("=== SCENARIO EXIT ")?
+            .strip_suffix(" ===")?
+            .parse()
+            .ok()
+    });
+    let mounted = console
+        .lines()
+        .map(marker)
+        .any(|l| l.starts_with("=== UVFS MOUNTED "));
+    GuestRun {
+        console,
+        daemon_log,
+        exit_code,
+        mounted,
+        timed_out,
+        elapsed,
+    }
+}
+
+/// The value N of the last `max_pages=N` in `log` (the daemon logs its FUSE_INIT reply so).
+pub fn logged_max_pages(log: &str) -> Option<u32> {
+    log.rmatch_indices("max_pages=").find_map(|(i, key)| {
+        let digits: String = log[i + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
+
+/// Every regular file under `root` (relative path → contents), plus directories (→ `None`):
+/// a byte-for-byte snapshot to compare a branch before and after a run.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        out: &mut std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>,
+    ) {
+        for entry in fs::read_dir(dir).expect("read_dir") {
+            let path = entry.expect("dir entry").path();
+            let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+            let meta = fs::symlink_metadata(&path).expect("stat");
+            if meta.is_dir() {
+                out.insert(rel, None);
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, Some(fs::read(&path).expect("read")));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
