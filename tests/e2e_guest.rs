@@ -16,7 +16,10 @@ use guest::{Backend, Guest, Mode};
 fn union_semantics_in_guest() {
     let br = union_case::branches();
     let b_before = union_case::snapshot_b(&br);
-    let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], &[]);
+    // mergerfs 2.33's path-preserving default create policy, which the scenario was checked
+    // against; no free-space floor, so the result does not depend on the host disk.
+    let opts = ["-o", "category.create=epmfs,minfreespace=0"];
+    let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], &opts);
     let run = guest::run_scenario(&backend, &Guest::default(), union_case::UNION_SCENARIO);
     union_case::check(&run, &br, &b_before);
 }
@@ -27,7 +30,9 @@ fn big_io_with(extra: &[&str]) -> u32 {
     let br = union_case::branches();
     let pattern: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
     fs::write(br.a.path().join("big.bin"), &pattern).unwrap();
-    let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], extra);
+    let mut args = vec!["-o", "minfreespace=0"];
+    args.extend_from_slice(extra);
+    let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], &args);
     let guest = Guest {
         queue_size: 1024,
         ..Guest::default()
