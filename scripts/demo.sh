@@ -49,8 +49,10 @@ echo '$ echo x >> /mnt/archive/2019.txt'; echo x >> /mnt/archive/2019.txt || tru
 SCENARIO
 
 log "starting $daemon (log: $work/daemon.log)"
+# mergerfs-style options work as in mergerfs; minfreespace=0 because the demo's branches live
+# in /tmp and mergerfs's 4G default floor would refuse new files on a nearly full disk.
 "$daemon" --socket-path "$work/fs.sock" --branch "$work/a=RW" --branch "$work/b=RO" \
-    >"$work/daemon.log" 2>&1 &
+    -o minfreespace=0 >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 200); do # bounded wait (10 s) for the daemon's socket
     [ -S "$work/fs.sock" ] && break
