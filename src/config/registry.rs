@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use crate::fs::options::{
-    CacheFiles, Func, InodeCalc, StatfsIgnore, StatfsMode, UnionOptions, XattrMode,
+    CacheFiles, FollowSymlinks, Func, InodeCalc, LinkExdev, RenameExdev, StatfsIgnore, StatfsMode,
+    UnionOptions, XattrMode,
 };
 use crate::union::policy::{Category, Policy};
 use crate::union::size::parse_size;
@@ -181,6 +182,42 @@ pub static OPTIONS: &[OptionSpec] = &[
     } },
     OptionSpec { name: "dropcacheonclose", help: "true|false: drop the host page cache of a file on close", set: |s, v| {
         s.opts.dropcacheonclose = boolean(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "rename-exdev", help: "passthrough|rel-symlink|abs-symlink: what a rename that cannot stay on its branches does (default passthrough: EXDEV)", set: choice!(rename_exdev, "passthrough, rel-symlink or abs-symlink", {
+        "passthrough" => RenameExdev::Passthrough,
+        "rel-symlink" => RenameExdev::RelSymlink,
+        "abs-symlink" => RenameExdev::AbsSymlink,
+    }) },
+    OptionSpec { name: "link-exdev", help: "passthrough|rel-symlink|abs-base-symlink|abs-pool-symlink: what a link across branches does (default passthrough: EXDEV)", set: choice!(link_exdev, "passthrough, rel-symlink, abs-base-symlink or abs-pool-symlink", {
+        "passthrough" => LinkExdev::Passthrough,
+        "rel-symlink" => LinkExdev::RelSymlink,
+        "abs-base-symlink" => LinkExdev::AbsBaseSymlink,
+        "abs-pool-symlink" => LinkExdev::AbsPoolSymlink,
+    }) },
+    OptionSpec { name: "mountpoint", help: "PATH where the guest mounts the share, for the abs-*symlink modes (default /mnt)", set: |s, v| {
+        if !v.starts_with('/') {
+            return Err(Expected("an absolute path"));
+        }
+        s.opts.mountpoint = v.to_string();
+        Ok(())
+    } },
+    OptionSpec { name: "follow-symlinks", help: "never|directory|regular|all: show host symlinks as their targets, resolved inside the branch (default never)", set: choice!(follow_symlinks, "never, directory, regular or all", {
+        "never" => FollowSymlinks::Never,
+        "directory" => FollowSymlinks::Directory,
+        "regular" => FollowSymlinks::Regular,
+        "all" => FollowSymlinks::All,
+    }) },
+    OptionSpec { name: "link-cow", help: "true|false: opening a hard-linked file for writing first gives it its own copy", set: |s, v| {
+        s.opts.link_cow = boolean(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "symlinkify", help: "true|false: show unwritable files older than symlinkify_timeout as symlinks to their host path", set: |s, v| {
+        s.opts.symlinkify = boolean(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "symlinkify-timeout", help: "SECS a file must be unchanged for symlinkify (default 3600)", set: |s, v| {
+        s.opts.symlinkify_timeout = seconds(v)?;
         Ok(())
     } },
 ];

@@ -3,7 +3,7 @@
 //! xattrs, and the open handle is switched to the new copy so the write can be retried. No
 //! byte already written is lost: the copy is complete before the original is unlinked.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -50,41 +50,12 @@ impl UnionFs {
         }
         let src_path = self.open_on(from, &rel)?;
         let st = beneath::stat_fd(src_path.as_fd())?;
-        let src = beneath::reopen(src_path.as_fd(), OFlags::RDONLY)?;
         let dir = self.dir_on(to, &parent)?;
-        let tmp =
-            CString::new(format!(".{}.moveonenospc", name.to_string_lossy())).expect("no NUL");
-        let dst = beneath::open_beneath(
-            dir.as_fd(),
-            &tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
-            Mode::from_raw_mode(st.st_mode & 0o7777),
-        )?;
-        let copied = copy_all(&src, &dst).and_then(|()| {
-            let owner = (
-                Some(Uid::from_raw(st.st_uid)),
-                Some(Gid::from_raw(st.st_gid)),
-            );
-            let _ = rustix::fs::fchown(&dst, owner.0, owner.1);
-            rustix::fs::fchmod(&dst, Mode::from_raw_mode(st.st_mode & 0o7777))?;
-            copy_xattrs_fd(&src_path, &dst)?;
-            let times = Timestamps {
-                last_access: Timespec {
-                    tv_sec: st.st_atime,
-                    tv_nsec: st.st_atime_nsec,
-                },
-                last_modification: Timespec {
-                    tv_sec: st.st_mtime,
-                    tv_nsec: st.st_mtime_nsec,
-                },
-            };
-            rustix::fs::futimens(&dst, &times)?;
-            rustix::fs::renameat(&dir, &tmp, &dir, &name)?;
-            Ok(())
-        });
-        if let Err(e) = copied {
+        let tmp = temp_name(&name, "moveonenospc");
+        copy_to_temp(&src_path, &st, &dir, &tmp)?;
+        if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &name) {
             let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
-            return Err(e);
+            return Err(e.into());
         }
         let new_path = self.open_on(to, &rel)?;
         let reopened = beneath::reopen(new_path.as_fd(), h.flags)?;
@@ -100,14 +71,57 @@ impl UnionFs {
     }
 }
 
+/// A hidden temporary name next to `name`, for `purpose`.
+pub(crate) fn temp_name(name: &CStr, purpose: &str) -> CString {
+    CString::new(format!(".{}.{purpose}", name.to_string_lossy())).expect("no NUL")
+}
+
+/// Creates `tmp` in `dir` as a full copy of the file behind `src_path` (an `O_PATH` descriptor
+/// with attributes `st`): data, mode, owner, xattrs and times. Removes `tmp` on failure.
+pub(crate) fn copy_to_temp(
+    src_path: &OwnedFd,
+    st: &libc::stat64,
+    dir: &OwnedFd,
+    tmp: &CStr,
+) -> io::Result<()> {
+    let src = beneath::reopen(src_path.as_fd(), OFlags::RDONLY)?;
+    let dst = beneath::open_beneath(
+        dir.as_fd(),
+        tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+        Mode::from_raw_mode(st.st_mode & 0o7777),
+    )?;
+    let copied = copy_all(&src, &dst).and_then(|()| {
+        let owner = (
+            Some(Uid::from_raw(st.st_uid)),
+            Some(Gid::from_raw(st.st_gid)),
+        );
+        // Best effort: an unprivileged daemon cannot give files away.
+        let _ = rustix::fs::fchown(&dst, owner.0, owner.1);
+        rustix::fs::fchmod(&dst, Mode::from_raw_mode(st.st_mode & 0o7777))?;
+        super::clone::copy_xattrs(src_path.as_fd(), dst.as_fd())?;
+        let times = Timestamps {
+            last_access: Timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: st.st_atime_nsec,
+            },
+            last_modification: Timespec {
+                tv_sec: st.st_mtime,
+                tv_nsec: st.st_mtime_nsec,
+            },
+        };
+        Ok(rustix::fs::futimens(&dst, &times)?)
+    });
+    if copied.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    }
+    copied
+}
+
 /// Copies all of `src` to `dst` (std picks copy_file_range, sendfile or read/write, whichever
 /// works between the two filesystems).
 fn copy_all(src: &OwnedFd, dst: &OwnedFd) -> io::Result<()> {
     let mut from = File::from(src.try_clone()?);
     let mut to = File::from(dst.try_clone()?);
     io::copy(&mut from, &mut to).map(drop)
-}
-
-fn copy_xattrs_fd(src: &impl AsFd, dst: &impl AsFd) -> io::Result<()> {
-    super::clone::copy_xattrs(src.as_fd(), dst.as_fd())
 }

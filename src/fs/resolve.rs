@@ -262,6 +262,46 @@ impl UnionFs {
         ino_for(self.cfg.opts.inodecalc, is_dir, rel, st.st_dev, st.st_ino)
     }
 
+    /// Whether `symlinkify` shows `f` as a symlink: a regular file without write bits whose
+    /// mtime and ctime are both older than `symlinkify_timeout` (mergerfs's rule).
+    pub(crate) fn symlinkified(&self, f: &Found) -> bool {
+        let o = &self.cfg.opts;
+        if !o.symlinkify || f.st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return false;
+        }
+        if f.st.st_mode & 0o222 != 0 {
+            return false;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let limit = o.symlinkify_timeout.as_secs() as i64;
+        now - f.st.st_mtime > limit && now - f.st.st_ctime > limit
+    }
+
+    /// The host path of `rel` on `branch` (what a symlinkified file points to).
+    pub(crate) fn host_path(&self, branch: usize, rel: &CStr) -> Vec<u8> {
+        let mut p = self.cfg.branches[branch]
+            .path
+            .as_os_str()
+            .as_encoded_bytes()
+            .to_vec();
+        p.push(b'/');
+        p.extend_from_slice(rel.to_bytes());
+        p
+    }
+
+    /// The attributes the guest is shown for `f` found at `rel` (before inode mapping):
+    /// a symlinkified file becomes a symlink to its host path.
+    pub(crate) fn shown(&self, f: &Found, rel: &CStr) -> stat64 {
+        let mut st = f.st;
+        if self.symlinkified(f) {
+            st.st_mode = (st.st_mode & !libc::S_IFMT) | libc::S_IFLNK;
+            st.st_size = self.host_path(f.branch, rel).len() as i64;
+        }
+        st
+    }
+
     /// Host attributes as the guest sees them.
     pub(crate) fn union_attr(&self, mut st: stat64, rel: &[u8]) -> stat64 {
         st.st_ino = self.union_ino(&st, rel);

@@ -31,7 +31,8 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
     }
     let rel = fs.inodes.path(inode)?;
     let f = fs.search(Func::Getattr, &rel)?;
-    Ok((fs.union_attr(f.st, rel.to_bytes()), fs.cfg.opts.cache_attr))
+    let st = fs.shown(&f, &rel);
+    Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
 }
 
 /// Applies the changes `valid` selects to the copies of `inode` that each change's function
@@ -177,6 +178,9 @@ fn apply(
 pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
     let rel = fs.inodes.path(inode)?;
     let f = fs.search(Func::Readlink, &rel)?;
+    if fs.symlinkified(&f) {
+        return Ok(fs.host_path(f.branch, &rel));
+    }
     if !is_type(&f.st, libc::S_IFLNK) {
         return Err(errno(libc::EINVAL));
     }

@@ -9,10 +9,13 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use rustix::fs::OFlags;
 
 use crate::fs::handle::{FileHandle, Handle};
+use crate::fs::movefile::{copy_to_temp, temp_name};
 use crate::fs::options::{CacheFiles, Func};
+use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::BranchMode;
+use std::ffi::CStr;
 
 /// The subset of guest open flags passed to the host; everything else (O_CREAT, O_PATH,
 /// O_DIRECTORY, O_NOCTTY, O_TMPFILE, O_ASYNC…) is dropped.
@@ -61,7 +64,7 @@ pub fn open(
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(flags);
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(Func::Open, &rel)?;
+    let mut f = fs.search(Func::Open, &rel)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(errno(libc::EISDIR)),
@@ -70,6 +73,10 @@ pub fn open(
     }
     if wants_write(flags) && fs.modes[f.branch] == BranchMode::RO {
         return Err(errno(libc::EROFS));
+    }
+    if fs.cfg.opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
+        break_link(fs, &f, &rel)?;
+        f = fs.search(Func::Open, &rel)?;
     }
     let fd = beneath::reopen(f.fd.as_fd(), flags)?;
     let opts = open_options(fs, inode, &f.st);
@@ -80,6 +87,20 @@ pub fn open(
         flags: flags & !OFlags::TRUNC,
     }));
     Ok((Some(fh), opts, None))
+}
+
+/// `link_cow`: replaces the hard-linked file at `rel` with its own full copy, so a write
+/// through this name leaves the other links untouched.
+fn break_link(fs: &UnionFs, f: &Found, rel: &CStr) -> io::Result<()> {
+    let (parent, name) = split_parent(rel);
+    let dir = fs.dir_on(f.branch, &parent)?;
+    let tmp = temp_name(&name, "link_cow");
+    copy_to_temp(&f.fd, &f.st, &dir, &tmp)?;
+    if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &name) {
+        let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 /// Closes handle `fh` of `inode`; with `dropcacheonclose` the host page cache of the file is

@@ -160,7 +160,10 @@ pub fn readdirplus(
         } else {
             let name = CString::new(e.name.clone()).expect("no NUL");
             match fs.search(Func::Getattr, &child(&rel, &e.name)) {
-                Ok(f) => fs.make_entry(inode, &name, &child(&rel, &e.name), f.st)?,
+                Ok(f) => {
+                    let rel = child(&rel, &e.name);
+                    fs.make_entry(inode, &name, &rel, fs.shown(&f, &rel))?
+                }
                 Err(_) => continue, // removed since the snapshot
             }
         };
