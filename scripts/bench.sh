@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark union-virtiofsd (release build) and virtiofsd through vufs-bench on one tmpfs
-# directory, printing one combined table. Extra arguments go to vufs-bench (e.g. --depth 32).
+# directory, printing one combined table. union-virtiofsd runs with minfreespace=0: mergerfs's
+# 4G default floor would refuse creates on the 2G tmpfs. Extra arguments go to vufs-bench (e.g. --depth 32).
 # Needs root (tmpfs mount). Installs virtiofsd into .cache/tools/virtiofsd if absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,6 @@ trap cleanup EXIT
 mount -t tmpfs -o size=2G tmpfs "$mnt"
 
 "$root/target/release/vufs-bench" --dir "$mnt" \
-    --backend "union-virtiofsd=$root/target/release/union-virtiofsd --socket-path {socket} --branch {dir}" \
+    --backend "union-virtiofsd=$root/target/release/union-virtiofsd --socket-path {socket} --branch {dir} -o minfreespace=0" \
     --backend "virtiofsd=$vfsd --socket-path {socket} --shared-dir {dir} --cache never" \
     "$@"

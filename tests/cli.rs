@@ -1,0 +1,138 @@
+//! The binary's command-line contract: bad input is one clear error line and exit code 2, never
+//! a panic; --help documents every option; --print-capabilities prints the vhost-user JSON.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+        .args(args)
+        .output()
+        .expect("run the daemon binary");
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (
+        out.status.code().expect("exited, not killed"),
+        text(out.stdout),
+        text(out.stderr),
+    )
+}
+
+#[test]
+fn bad_command_lines_exit_2_with_one_error_line() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().to_str().unwrap();
+    let sock = d.path().join("s");
+    let sock = sock.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--socket-path", sock], "no branch given"),
+        (&["--branch", dir], "--socket-path or --fd"),
+        (
+            &["--socket-path", sock, "--branch", "/no/such/dir"],
+            "/no/such/dir",
+        ),
+        (
+            &["--socket-path", sock, "--branch", dir, "-o", "frob=1"],
+            "unknown option 'frob'",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
+                "-o",
+                "category.create=zz",
+            ],
+            "category.create",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
+                "--minfreespace",
+                "lots",
+            ],
+            "minfreespace",
+        ),
+        (
+            &["--socket-path", sock, "--branch", &format!("{dir}=XX")],
+            "XX",
+        ),
+        (
+            &["--socket-path", sock, "--branch", dir, "--max-pages", "0"],
+            "--max-pages",
+        ),
+        (
+            &["--socket-path", sock, "--branch", dir, "--fd", "3"],
+            "--fd",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
+                "--config",
+                "/no/such/file",
+            ],
+            "--config",
+        ),
+        (
+            &["--socket-path", sock, "--branch", dir, "--bogus-flag"],
+            "--bogus-flag",
+        ),
+    ];
+    for (args, needle) in cases {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        // One error line; clap's own parse errors may add its standard usage and help hints.
+        let lines: Vec<_> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter(|l| !l.starts_with("For more information") && !l.starts_with("Usage:"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn help_lists_every_option_and_capabilities_are_json() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for opt in [
+        "--socket-path",
+        "--fd",
+        "--branch",
+        "--branches",
+        "--shared-dir",
+        "--thread-pool-size",
+        "--max-pages",
+        "--num-request-queues",
+        "--print-capabilities",
+        "--log-level",
+        "--cache-timeout",
+        "--option",
+        "--config",
+        "--category-create",
+        "--category-search",
+        "--category-action",
+        "--minfreespace",
+        "--xattr",
+        "--no-xattr",
+    ] {
+        assert!(out.contains(opt), "--help lacks {opt}");
+    }
+    for name in union_virtiofsd::config::registry::OPTIONS
+        .iter()
+        .map(|o| o.name)
+    {
+        assert!(out.contains(name), "--help lacks union option {name}");
+    }
+    let (code, out, _) = run(&["--print-capabilities"]);
+    assert_eq!(code, 0);
+    let compact: String = out.split_whitespace().collect();
+    assert_eq!(compact, r#"{"type":"fs"}"#);
+}
