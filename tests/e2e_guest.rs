@@ -10,7 +10,7 @@ mod union_case;
 
 use std::fs;
 
-use guest::{Backend, Guest, Mode};
+use guest::{Backend, Guest, GuestRun, Mode};
 
 #[test]
 fn union_semantics_in_guest() {
@@ -78,4 +78,72 @@ fn max_pages_default_follows_queue_size() {
         default > 32 && default <= 1020,
         "default max_pages={default}, expected 32 < N <= 1020 with queue-size 1024"
     );
+}
+
+/// The largest `size=` of the daemon's debug lines for `op` (READ or WRITE).
+fn largest(log: &str, op: &str) -> u64 {
+    let tag = format!(" {op} ");
+    log.lines()
+        .filter(|l| l.contains(&tag))
+        .filter_map(|l| l.rsplit("size=").next()?.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// O_DIRECT 4 MiB writes and reads in a guest of kernel `suite`; returns the largest WRITE and
+/// READ the daemon received.
+fn direct_io_sizes(
+    suite: Option<&'static str>,
+    append: &str,
+    extra: &[&str],
+) -> (u64, u64, GuestRun) {
+    let br = union_case::branches();
+    let mut args = vec!["-o", "minfreespace=0"];
+    args.extend_from_slice(extra);
+    let backend = Backend::union(&[(br.a.path(), Mode::Rw), (br.b.path(), Mode::Ro)], &args);
+    let guest = Guest {
+        queue_size: 1024,
+        kernel_suite: suite,
+        append: append.to_owned(),
+        ..Guest::default()
+    };
+    let run = guest::run_scenario(
+        &backend,
+        &guest,
+        r#"
+dd if=/dev/urandom of=/tmp/src bs=1M count=8 2>/dev/null
+dd if=/tmp/src of=big bs=4M oflag=direct 2>/dev/null
+dd if=big of=/tmp/back bs=4M iflag=direct 2>/dev/null
+cmp /tmp/src /tmp/back || fail "8 MiB O_DIRECT round trip differs"
+"#,
+    );
+    run.assert_success();
+    (
+        largest(&run.daemon_log, "WRITE"),
+        largest(&run.daemon_log, "READ"),
+        run,
+    )
+}
+
+#[test]
+fn requests_grow_past_256_pages_when_the_guest_kernel_allows() {
+    // Linux 6.12 caps FUSE requests at 256 pages whatever the daemon offers.
+    let (w, r, _) = direct_io_sizes(None, "", &[]);
+    assert_eq!((w, r), (256 * 4096, 256 * 4096), "6.12 guest");
+    // A >= 6.13 guest with fs.fuse.max_pages_limit raised takes all 1020 offered pages
+    // (queue size 1024 - 4): 4 MiB requests, four times the 256-page ceiling.
+    let (w, r, run) = direct_io_sizes(Some("trixie-backports"), "uvfs.max_pages_limit=1020", &[]);
+    assert!(
+        run.console.contains("=== UVFS MAX_PAGES_LIMIT 1020 ==="),
+        "{}",
+        run.transcript()
+    );
+    assert_eq!((w, r), (1020 * 4096, 1020 * 4096), "raised-limit guest");
+    // --max-pages still bounds it.
+    let (w, r, _) = direct_io_sizes(
+        Some("trixie-backports"),
+        "uvfs.max_pages_limit=1020",
+        &["--max-pages", "32"],
+    );
+    assert_eq!((w, r), (32 * 4096, 32 * 4096), "--max-pages 32");
 }

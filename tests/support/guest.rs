@@ -118,6 +118,8 @@ pub struct Guest {
     pub timeout: Duration,
     /// Extra kernel command-line arguments.
     pub append: String,
+    /// Debian suite to take the guest kernel from (`None`: the default, bookworm-backports).
+    pub kernel_suite: Option<&'static str>,
 }
 
 impl Default for Guest {
@@ -128,6 +130,7 @@ impl Default for Guest {
             mem: "512M".to_owned(),
             timeout: Duration::from_secs(120),
             append: String::new(),
+            kernel_suite: None,
         }
     }
 }
@@ -209,9 +212,15 @@ pub struct Images {
 
 /// Runs `scripts/NAME` and returns the path it prints as its last stdout line.
 fn run_path_script(name: &str) -> Result<PathBuf, String> {
+    run_path_script_env(name, &[])
+}
+
+/// [`run_path_script`] with extra environment variables.
+fn run_path_script_env(name: &str, env: &[(&str, &str)]) -> Result<PathBuf, String> {
     let script = repo_root().join("scripts").join(name);
     let out = Command::new("bash")
         .arg(&script)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
@@ -250,6 +259,19 @@ pub fn images() -> &'static Images {
              scripts/build-initramfs.sh): {e}"
         ),
     }
+}
+
+/// The guest kernel from Debian suite `suite` (fetched once per test process and suite).
+pub fn kernel_from(suite: &str) -> PathBuf {
+    static KERNELS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut k = KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = k.iter().find(|(s, _)| s == suite) {
+        return p.clone();
+    }
+    let p = run_path_script_env("fetch-kernel.sh", &[("GUEST_KERNEL_SUITE", suite)])
+        .unwrap_or_else(|e| panic!("cannot fetch the {suite} guest kernel: {e}"));
+    k.push((suite.to_owned(), p.clone()));
+    p
 }
 
 fn require_qemu() {
@@ -383,7 +405,11 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
         .args(["--queue-size", &guest.queue_size.to_string()])
         .args(["--mem", &guest.mem])
         .arg("--kernel")
-        .arg(&images.kernel)
+        .arg(
+            guest
+                .kernel_suite
+                .map_or_else(|| images.kernel.clone(), kernel_from),
+        )
         .arg("--initrd")
         .arg(&images.initrd)
         .arg("--script")
