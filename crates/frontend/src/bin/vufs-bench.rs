@@ -296,7 +296,7 @@ fn parse<T: vm_memory::ByteValued>(b: &[u8]) -> Result<T> {
 }
 
 /// Run every workload through a backend, below directory `fuse/` of its share.
-fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32)> {
+fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32, Option<u64>)> {
     let copts = ConnectOptions {
         queue_size: o.queue_size,
         memory_size: 512 << 20,
@@ -416,7 +416,10 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32)
             dev.submit_many(forgets, d, |_, _| Ok(()))?;
         }
     }
-    Ok((out, init.max_write))
+    // Read the peak RSS while connected: a backend may exit as soon as the frontend leaves.
+    let rss = be.peak_rss_kib().ok();
+    drop(dev);
+    Ok((out, init.max_write, rss))
 }
 
 fn spawn(o: &Opts, cmd: &str, sock: &Path) -> Result<BackendProcess> {
@@ -459,9 +462,8 @@ fn run() -> Result<()> {
             std::env::temp_dir().join(format!("vufs-bench-{}-{name}.sock", std::process::id()));
         let _ = fs::remove_file(&sock);
         let be = spawn(&o, cmd, &sock)?;
-        let (res, max_io) = run_fuse(&o, &be)?;
+        let (res, max_io, rss) = run_fuse(&o, &be)?;
         max_ios.push(max_io);
-        let rss = be.peak_rss_kib().ok();
         drop(be);
         let _ = fs::remove_dir_all(o.dir.join("fuse"));
         let _ = fs::remove_file(&sock);
