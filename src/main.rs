@@ -49,6 +49,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    match union_virtiofsd::sys::limits::raise_nofile() {
+        Ok(n) => log::info!("open file limit: {n}"),
+        Err(e) => log::warn!("cannot raise the open file limit: {e}"),
+    }
     // The socket exists now with the inherited umask; from here on the guest's umask rules.
     set_umask(0);
     match daemon.run() {

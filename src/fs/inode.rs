@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::sync::RwLock;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, RwLock};
 
 /// The FUSE root node id.
 pub const ROOT_ID: u64 = 1;
@@ -22,6 +23,8 @@ struct Node {
     linked: bool,
     /// (mtime, mtime_nsec, size) at the last open, for `cache.files=auto-full`.
     stamp: Option<(i64, i64, i64)>,
+    /// The branch and `O_PATH` descriptor the node's last lookup found.
+    bound: Option<(usize, Arc<OwnedFd>)>,
 }
 
 struct Inner {
@@ -58,6 +61,7 @@ impl InodeTable {
                 children: 0,
                 linked: true,
                 stamp: None,
+                bound: None,
             },
         );
         InodeTable {
@@ -135,6 +139,7 @@ impl InodeTable {
                 children: 0,
                 linked: true,
                 stamp: None,
+                bound: None,
             },
         );
         inner.names.insert(key, id);
@@ -225,6 +230,26 @@ impl InodeTable {
         n.name = newn.to_owned();
         inner.names.insert((newp, newn.to_owned()), id);
         Self::reap(inner, oldp);
+    }
+
+    /// The branch and descriptor `id` is bound to, if any.
+    pub fn bound(&self, id: u64) -> Option<(usize, Arc<OwnedFd>)> {
+        let inner = self.inner.read().unwrap();
+        inner.nodes.get(&id).and_then(|n| n.bound.clone())
+    }
+
+    /// Binds `id` to what a lookup found (no-op for unknown ids).
+    pub fn bind(&self, id: u64, branch: usize, fd: Arc<OwnedFd>) {
+        if let Some(n) = self.inner.write().unwrap().nodes.get_mut(&id) {
+            n.bound = Some((branch, fd));
+        }
+    }
+
+    /// Forgets what `id` is bound to, after its file was replaced on the host.
+    pub fn unbind(&self, id: u64) {
+        if let Some(n) = self.inner.write().unwrap().nodes.get_mut(&id) {
+            n.bound = None;
+        }
     }
 
     /// Records `stamp` as `id`'s content stamp and returns the previous one.

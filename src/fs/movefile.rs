@@ -61,6 +61,7 @@ impl UnionFs {
         let reopened = beneath::reopen(new_path.as_fd(), h.flags)?;
         replace_fd(reopened.as_fd(), h.fd.as_fd())?;
         h.branch.store(to, Ordering::Release);
+        self.inodes.unbind(h.inode);
         let old_dir = self.dir_on(from, &parent)?;
         rustix::fs::unlinkat(&old_dir, &name, AtFlags::empty())?;
         log::info!(

@@ -8,6 +8,7 @@ use std::ffi::{CStr, CString};
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
@@ -22,8 +23,9 @@ use crate::union::Probe;
 pub(crate) struct Found {
     /// The branch index.
     pub branch: usize,
-    /// `O_PATH` descriptor of the entry (never followed if it is a symlink).
-    pub fd: OwnedFd,
+    /// `O_PATH` descriptor of the entry (never followed if it is a symlink); shared with the
+    /// node it was found for, which keeps it while the guest holds the node.
+    pub fd: Arc<OwnedFd>,
     /// Its host attributes.
     pub st: stat64,
 }
@@ -161,6 +163,29 @@ impl UnionFs {
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
 
+    /// The entry of node `inode` (at `rel`) as `func`'s search policy finds it. When that policy
+    /// is the one lookups use, the descriptor the node's last lookup found is reused after an
+    /// `fstat` shows it still linked (one syscall instead of a path walk per branch); otherwise,
+    /// or if the file is gone, the policy runs again and the node is re-bound.
+    pub(crate) fn search_node(&self, func: Func, inode: u64, rel: &CStr) -> io::Result<Found> {
+        let policies = &self.cfg.opts.policies;
+        let reusable = policies.get(func) == policies.get(Func::Getattr);
+        if reusable {
+            if let Some((branch, fd)) = self.inodes.bound(inode) {
+                if let Ok(st) = beneath::stat_fd(fd.as_fd()) {
+                    if st.st_nlink > 0 {
+                        return Ok(Found { branch, fd, st });
+                    }
+                }
+            }
+        }
+        let f = self.search(func, rel)?;
+        if reusable {
+            self.inodes.bind(inode, f.branch, f.fd.clone());
+        }
+        Ok(f)
+    }
+
     /// The entry at `rel` as `func`'s (search) policy finds it.
     pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
         let mut v = self.select(func, rel)?;
@@ -235,24 +260,29 @@ impl UnionFs {
                 if follow {
                     return Some(Found {
                         branch,
-                        fd: t,
+                        fd: Arc::new(t),
                         st: tst,
                     });
                 }
             }
         }
-        Some(Found { branch, fd, st })
+        Some(Found {
+            branch,
+            fd: Arc::new(fd),
+            st,
+        })
     }
 
     /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
     pub(crate) fn dir_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
-        let Some(Found { fd, .. }) = self.find_on(branch, rel) else {
+        let Some(Found { fd, st, .. }) = self.find_on(branch, rel) else {
             return Err(errno(libc::ENOENT));
         };
-        if beneath::stat_fd(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(errno(libc::ENOTDIR));
         }
-        Ok(fd)
+        // Freshly opened, so this is the only reference.
+        Arc::try_unwrap(fd).or_else(|fd| fd.try_clone())
     }
 
     /// The union inode number for a host entry: directories (which merge across branches) by
@@ -306,6 +336,20 @@ impl UnionFs {
     pub(crate) fn union_attr(&self, mut st: stat64, rel: &[u8]) -> stat64 {
         st.st_ino = self.union_ino(&st, rel);
         st
+    }
+
+    /// [`UnionFs::make_entry`] for an entry found as `f` (by the getattr policy), binding the
+    /// node to it so later requests on the node skip the path walk.
+    pub(crate) fn entry_for(
+        &self,
+        parent: u64,
+        name: &CStr,
+        rel: &CStr,
+        f: &Found,
+    ) -> io::Result<Entry> {
+        let e = self.make_entry(parent, name, rel, self.shown(f, rel))?;
+        self.inodes.bind(e.inode, f.branch, f.fd.clone());
+        Ok(e)
     }
 
     /// Records a guest lookup of `parent/name` found as `found` and builds the FUSE entry.

@@ -6,4 +6,5 @@ pub mod beneath;
 pub mod creds;
 pub mod fd;
 pub mod file;
+pub mod limits;
 pub mod thread;

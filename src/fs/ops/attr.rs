@@ -30,7 +30,7 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
         }
     }
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(Func::Getattr, &rel)?;
+    let f = fs.search_node(Func::Getattr, inode, &rel)?;
     let st = fs.shown(&f, &rel);
     Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
 }
@@ -177,7 +177,7 @@ fn apply(
 /// The target of symlink `inode`.
 pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(Func::Readlink, &rel)?;
+    let f = fs.search_node(Func::Readlink, inode, &rel)?;
     if fs.symlinkified(&f) {
         return Ok(fs.host_path(f.branch, &rel));
     }
@@ -190,7 +190,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
 pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(Func::Access, &rel)?;
+    let f = fs.search_node(Func::Access, inode, &rel)?;
     if mask & libc::W_OK as u32 != 0 && fs.modes[f.branch] == BranchMode::RO {
         return Err(errno(libc::EROFS));
     }

@@ -36,9 +36,8 @@ fn prepare(
 
 /// Looks up what was just created on `branch` and hands the guest a node for it.
 fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
-    let fd = fs.open_on(branch, rel)?;
-    let st = beneath::stat_fd(fd.as_fd())?;
-    fs.make_entry(parent, name, rel, st)
+    let f = fs.find_on(branch, rel).ok_or_else(|| errno(libc::ENOENT))?;
+    fs.entry_for(parent, name, rel, &f)
 }
 
 /// Makes the entry with `make` in each chosen parent directory, as the caller; the entry the

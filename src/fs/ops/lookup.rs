@@ -17,7 +17,7 @@ pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     match fs.search(Func::Getattr, &rel) {
-        Ok(found) => fs.make_entry(parent, name, &rel, fs.shown(&found, &rel)),
+        Ok(found) => fs.entry_for(parent, name, &rel, &found),
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT)
                 && !fs.cfg.opts.cache_negative_entry.is_zero() =>

@@ -64,7 +64,7 @@ pub fn open(
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(flags);
     let rel = fs.inodes.path(inode)?;
-    let mut f = fs.search(Func::Open, &rel)?;
+    let mut f = fs.search_node(Func::Open, inode, &rel)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(errno(libc::EISDIR)),
@@ -76,7 +76,8 @@ pub fn open(
     }
     if fs.cfg.opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
         break_link(fs, &f, &rel)?;
-        f = fs.search(Func::Open, &rel)?;
+        fs.inodes.unbind(inode);
+        f = fs.search_node(Func::Open, inode, &rel)?;
     }
     let fd = beneath::reopen(f.fd.as_fd(), flags)?;
     let opts = open_options(fs, inode, &f.st);

@@ -21,7 +21,7 @@ use crate::sys::beneath;
 /// Opens directory `inode`.
 pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
     let rel = fs.inodes.path(inode)?;
-    let f = fs.search(Func::Getattr, &rel)?;
+    let f = fs.search_node(Func::Getattr, inode, &rel)?;
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
     }
@@ -145,7 +145,7 @@ pub fn readdirplus(
     add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
 ) -> io::Result<()> {
     let (rel, snap) = listing(fs, inode, fh, offset)?;
-    let dot = fs.search(Func::Getattr, &rel)?.st;
+    let dot = fs.search_node(Func::Getattr, inode, &rel)?.st;
     for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
@@ -162,7 +162,7 @@ pub fn readdirplus(
             match fs.search(Func::Getattr, &child(&rel, &e.name)) {
                 Ok(f) => {
                     let rel = child(&rel, &e.name);
-                    fs.make_entry(inode, &name, &rel, fs.shown(&f, &rel))?
+                    fs.entry_for(inode, &name, &rel, &f)?
                 }
                 Err(_) => continue, // removed since the snapshot
             }

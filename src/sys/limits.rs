@@ -1,0 +1,15 @@
+//! Process resource limits. Each node the guest holds keeps an `O_PATH` descriptor (as in
+//! virtiofsd), so the soft open-file limit is raised to the hard one at start.
+
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
+pub fn raise_nofile() -> std::io::Result<u64> {
+    let cur = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: cur.maximum,
+        maximum: cur.maximum,
+    };
+    setrlimit(Resource::Nofile, raised)?;
+    Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
+}
