@@ -96,12 +96,12 @@ pub trait Ops {
     fn rename(&self, from: &str, to: &str) -> R<()>;
     /// link(2).
     fn link(&self, from: &str, to: &str) -> R<()>;
-    /// Reads a whole file.
-    fn read(&self, path: &str) -> R<Vec<u8>>;
+    /// Reads a whole file (as text, lossily, so traces read well).
+    fn read(&self, path: &str) -> R<String>;
     /// Directory names in the order readdir returns them, without `.` and `..`.
     fn read_dir(&self, path: &str) -> R<Vec<String>>;
-    /// Permission bits.
-    fn mode(&self, path: &str) -> R<u32>;
+    /// Permission bits, in octal.
+    fn mode(&self, path: &str) -> R<String>;
     /// statfs of the root.
     fn statfs(&self) -> R<Statfs>;
 }
@@ -116,7 +116,13 @@ impl Tmpfs {
     pub fn new(size: &str) -> Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .status()
             .expect("running mount(8)");
@@ -213,7 +219,10 @@ impl Drop for Mergerfs {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            let _ = Command::new("umount").arg("-l").arg(self.mnt.path()).status();
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.mnt.path())
+                .status();
         }
         // mergerfs exits once its mount is gone; a bounded wait, then our own child is killed.
         let deadline = Instant::now() + MOUNT_DEADLINE;
@@ -303,8 +312,8 @@ impl Ops for HostOps<'_> {
     fn link(&self, from: &str, to: &str) -> R<()> {
         io(fs::hard_link(self.p(from), self.p(to)))
     }
-    fn read(&self, path: &str) -> R<Vec<u8>> {
-        io(fs::read(self.p(path)))
+    fn read(&self, path: &str) -> R<String> {
+        io(fs::read(self.p(path))).map(|v| String::from_utf8_lossy(&v).into_owned())
     }
     fn read_dir(&self, path: &str) -> R<Vec<String>> {
         let mut out = Vec::new();
@@ -313,8 +322,11 @@ impl Ops for HostOps<'_> {
         }
         Ok(out)
     }
-    fn mode(&self, path: &str) -> R<u32> {
-        Ok(io(fs::symlink_metadata(self.p(path)))?.mode() & 0o7777)
+    fn mode(&self, path: &str) -> R<String> {
+        Ok(format!(
+            "{:o}",
+            io(fs::symlink_metadata(self.p(path)))?.mode() & 0o7777
+        ))
     }
     fn statfs(&self) -> R<Statfs> {
         statvfs(self.0)
@@ -440,9 +452,9 @@ impl Ops for UnionOps {
         }
         io(self.0.link(&ctx(), src, nd, &nn)).map(|_| ())
     }
-    fn read(&self, path: &str) -> R<Vec<u8>> {
+    fn read(&self, path: &str) -> R<String> {
         let ino = self.ino(path)?;
-        io(read_file(&self.0, ino))
+        io(read_file(&self.0, ino)).map(|v| String::from_utf8_lossy(&v).into_owned())
     }
     fn read_dir(&self, path: &str) -> R<Vec<String>> {
         let ino = self.ino(path)?;
@@ -452,8 +464,11 @@ impl Ops for UnionOps {
             .filter(|n| n != "." && n != "..")
             .collect())
     }
-    fn mode(&self, path: &str) -> R<u32> {
-        Ok(io(walk(&self.0, path))?.attr.st_mode & 0o7777)
+    fn mode(&self, path: &str) -> R<String> {
+        Ok(format!(
+            "{:o}",
+            io(walk(&self.0, path))?.attr.st_mode & 0o7777
+        ))
     }
     fn statfs(&self) -> R<Statfs> {
         let st = io(self.0.statfs(&ctx(), ROOT_ID))?;
@@ -492,19 +507,18 @@ pub struct Setup<'a> {
 }
 
 impl Setup<'_> {
-    /// `mkdir -p` of `path` on branch `b` with `mode` for every created component.
+    /// Directory `path` on branch `b` with exactly `mode`; missing parents are made 0755.
     pub fn dir(&self, b: usize, path: &str, mode: u32) {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(mode)
-            .create(self.roots[b].join(path))
-            .unwrap();
-        // DirBuilder applies the umask; the scenario wants exact modes.
-        let mut p = PathBuf::new();
-        for comp in path.split('/') {
-            p.push(comp);
-            fs::set_permissions(self.roots[b].join(&p), fs::Permissions::from_mode(mode)).unwrap();
+        let p = self.roots[b].join(path);
+        if let Some(parent) = p.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)
+                .unwrap();
         }
+        fs::DirBuilder::new().mode(mode).create(&p).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
     }
     /// A file at `path` on branch `b` (its parent must exist).
     pub fn file(&self, b: usize, path: &str, data: &str) {
@@ -587,16 +601,18 @@ fn user_xattrs(p: &Path) -> Vec<String> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for name in buf[..n as usize].split(|&b| b == 0).filter(|n| !n.is_empty()) {
+    for name in buf[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+    {
         if !name.starts_with(b"user.") {
             continue;
         }
         let cn = CString::new(name).unwrap();
         let mut v = vec![0u8; 4096];
         // SAFETY: valid strings and a buffer of the given length.
-        let m = unsafe {
-            libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len())
-        };
+        let m =
+            unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
         let val = if m >= 0 {
             String::from_utf8_lossy(&v[..m as usize]).into_owned()
         } else {
@@ -682,8 +698,7 @@ pub fn run_side(sc: &Scenario, side: Side) -> Outcome {
     for (b, spec) in sc.branches.iter().enumerate() {
         if spec.fill > 0 {
             fs::write(roots[b].join("fill"), vec![0xa5u8; spec.fill]).unwrap();
-            fs::set_permissions(roots[b].join("fill"), fs::Permissions::from_mode(0o644))
-                .unwrap();
+            fs::set_permissions(roots[b].join("fill"), fs::Permissions::from_mode(0o644)).unwrap();
         }
     }
     (sc.setup)(&Setup { roots: &roots });
@@ -724,7 +739,10 @@ pub fn run_both(sc: &Scenario) -> (Outcome, Outcome) {
 pub fn assert_same(name: &str, sc: &Scenario) -> Outcome {
     let (theirs, ours) = run_both(sc);
     if std::env::var_os("MERGERFS_DIFF_SHOW").is_some() {
-        eprintln!("{name} ({}):\n--- mergerfs 2.33:\n{theirs}--- ours:\n{ours}", sc.options);
+        eprintln!(
+            "{name} ({}):\n--- mergerfs 2.33:\n{theirs}--- ours:\n{ours}",
+            sc.options
+        );
     }
     assert!(
         theirs == ours,
