@@ -3,7 +3,8 @@
 //! what every branch holds afterwards) must be identical. Needs root, mergerfs and fuse3
 //! (`apt-get install -y mergerfs fuse3`); a missing mergerfs fails, it never skips.
 //!
-//! `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
+//! `MERGERFS_DIFF_SHOW=1 cargo test --test mergerfs_diff -- --nocapture` prints both outcomes
+//! of every scenario. `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
 //! name at mount time and crashes on the first create).
 
 #[path = "support/fsharness.rs"]
