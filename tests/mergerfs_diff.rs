@@ -1,0 +1,839 @@
+//! Differential tests: each scenario runs on a real mergerfs 2.33 FUSE mount and through our
+//! `UnionFs`, each over fresh tmpfs branches, and the outcomes (per-operation results and errnos,
+//! what every branch holds afterwards) must be identical. Needs root, mergerfs and fuse3
+//! (`apt-get install -y mergerfs fuse3`); a missing mergerfs fails, it never skips.
+//!
+//! `MERGERFS_DIFF_SHOW=1 cargo test --test mergerfs_diff -- --nocapture` prints both outcomes
+//! of every scenario. `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
+//! name at mount time and crashes on the first create).
+
+#[path = "support/fsharness.rs"]
+mod fsharness;
+#[path = "support/mergerfs_diff.rs"]
+mod mergerfs_diff;
+
+use std::collections::BTreeSet;
+
+use mergerfs_diff::*;
+
+/// Five RW branches whose space answers differ, so every space policy has one right branch:
+///
+/// | branch | size | used  | free  | used %  | picked by |
+/// |--------|------|-------|-------|---------|-----------|
+/// | 0      | 16M  | 2M    | 14M   | 12.5    | ff        |
+/// | 1      | 16M  | 8M    | 8M    | 50      | lfs       |
+/// | 2      | 32M  | 1.5M  | 30.5M | 4.7     | lus       |
+/// | 3      | 64M  | 2M    | 62M   | 3.1     | (lup)     |
+/// | 4      | 128M | 24M   | 104M  | 18.75   | mfs       |
+const SPACE: &[BranchSpec] = &[
+    br("16M", "RW", 2 * MIB),
+    br("16M", "RW", 8 * MIB),
+    br("32M", "RW", 3 * MIB / 2),
+    br("64M", "RW", 2 * MIB),
+    br("128M", "RW", 24 * MIB),
+];
+
+/// Creates of every kind at the root and inside `d`, recorded in order.
+fn create_kinds(t: &mut Trace, o: &dyn Ops) {
+    t.rec("create f", o.create("f", b"root file")).ok();
+    t.rec("mkdir g", o.mkdir("g", 0o755)).ok();
+    t.rec("create d/f", o.create("d/f", b"in d")).ok();
+    t.rec("mkdir d/g", o.mkdir("d/g", 0o750)).ok();
+    t.rec("symlink d/s", o.symlink("f", "d/s")).ok();
+    t.rec("read d/f", o.read("d/f")).ok();
+}
+
+/// `d` (mode 0711) exists on branches 0–3 but not on 4, so path-preserving policies choose
+/// among 0–3 and the others may need to clone it.
+fn d_on_0_to_3(s: &Setup) {
+    for b in 0..4 {
+        s.dir(b, "d", 0o711);
+    }
+}
+
+/// Runs the create scenario with `policy` on the SPACE branches and checks, beyond equality,
+/// that mergerfs put the entries where the policy's definition says (so the scenario really
+/// distinguishes the policy): `root` for top-level entries and `in_d` for entries in `d`.
+fn create_policy(policy: &str, root: &[usize], in_d: &[usize]) {
+    let opts = format!("category.create={policy},minfreespace=1M");
+    let o = assert_same(
+        &format!("create policy {policy}"),
+        &Scenario {
+            branches: SPACE,
+            options: &opts,
+            setup: &d_on_0_to_3,
+            run: &create_kinds,
+        },
+    );
+    for p in ["f", "g"] {
+        assert_eq!(o.holders(p), root, "{policy}: mergerfs placed {p}\n{o}");
+    }
+    for p in ["d/f", "d/g", "d/s"] {
+        assert_eq!(o.holders(p), in_d, "{policy}: mergerfs placed {p}\n{o}");
+    }
+}
+
+#[test]
+fn create_ff() {
+    create_policy("ff", &[0], &[0]);
+}
+
+#[test]
+fn create_epff() {
+    create_policy("epff", &[0], &[0]);
+}
+
+#[test]
+fn create_lfs() {
+    create_policy("lfs", &[1], &[1]);
+}
+
+#[test]
+fn create_lus() {
+    create_policy("lus", &[2], &[2]);
+}
+
+#[test]
+fn create_mfs_clones_the_parent() {
+    // `d` is missing on branch 4: mfs still picks it and clones `d` (mode 0711) there.
+    create_policy("mfs", &[4], &[4]);
+}
+
+#[test]
+fn create_epmfs() {
+    create_policy("epmfs", &[4], &[3]);
+}
+
+#[test]
+fn create_eplfs() {
+    create_policy("eplfs", &[1], &[1]);
+}
+
+#[test]
+fn create_eplus() {
+    create_policy("eplus", &[2], &[2]);
+}
+
+#[test]
+fn create_newest_takes_the_newest_parent() {
+    let o = assert_same(
+        "create policy newest",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=newest,minfreespace=1M",
+            setup: &|s| {
+                for (b, t) in [(0, 1_000), (1, 3_000), (2, 2_000), (4, 500)] {
+                    s.dir(b, "d", 0o755);
+                    s.mtime(b, "d", t);
+                }
+            },
+            run: &|t, o| {
+                t.rec("create d/f", o.create("d/f", b"x")).ok();
+                t.rec("mkdir d/g", o.mkdir("d/g", 0o755)).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("d/f"), [1], "{o}");
+}
+
+#[test]
+fn create_all_and_epall_make_directories_everywhere() {
+    let setup = |s: &Setup| {
+        s.dir(1, "d", 0o750);
+        s.dir(3, "d", 0o750);
+    };
+    let run = |t: &mut Trace, o: &dyn Ops| {
+        t.rec("mkdir top", o.mkdir("top", 0o755)).ok();
+        t.rec("mkdir d/sub", o.mkdir("d/sub", 0o700)).ok();
+        t.rec("symlink d/ln", o.symlink("sub", "d/ln")).ok();
+        t.rec("create d/file", o.create("d/file", b"one copy")).ok();
+    };
+    let epall = assert_same(
+        "create policy epall",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=epall,minfreespace=1M",
+            setup: &setup,
+            run: &run,
+        },
+    );
+    assert_eq!(epall.holders("top"), [0, 1, 2, 3, 4], "{epall}");
+    assert_eq!(epall.holders("d/sub"), [1, 3], "{epall}");
+    let all = assert_same(
+        "create policy all",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=all,minfreespace=1M",
+            setup: &setup,
+            run: &run,
+        },
+    );
+    assert_eq!(all.holders("d/sub"), [0, 1, 2, 3, 4], "{all}");
+}
+
+#[test]
+fn create_erofs_refuses_everything() {
+    assert_same(
+        "create policy erofs",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=erofs,minfreespace=1M",
+            setup: &d_on_0_to_3,
+            run: &create_kinds,
+        },
+    );
+}
+
+/// SPACE with branch 1 read-only: `a/b/c` (modes 0751/0750/0700, an xattr on `a/b`) exists
+/// only on branch 1, `a/b` also on 3 and 4, `a` everywhere.
+fn msp_setup(s: &Setup) {
+    for b in 0..5 {
+        s.dir(b, "a", 0o751);
+    }
+    for b in [1, 3, 4] {
+        s.dir(b, "a/b", 0o750);
+    }
+    s.dir(1, "a/b/c", 0o700);
+    s.file(1, "a/b/c/old", "old");
+    xattr_on(&s.roots[1].join("a/b"), "user.tag", "b-on-1");
+}
+
+fn xattr_on(p: &std::path::Path, name: &str, value: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let cn = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let r = unsafe {
+        libc::lsetxattr(
+            cp.as_ptr(),
+            cn.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "tmpfs supports user xattrs");
+}
+
+const SPACE_1_RO: &[BranchSpec] = &[
+    br("16M", "RW", 2 * MIB),
+    br("16M", "RO", 8 * MIB),
+    br("32M", "RW", 3 * MIB / 2),
+    br("64M", "RW", 2 * MIB),
+    br("128M", "RW", 24 * MIB),
+];
+
+fn msp_policy(policy: &str, want: usize) {
+    let opts = format!("category.create={policy},minfreespace=1M");
+    let o = assert_same(
+        &format!("create policy {policy}"),
+        &Scenario {
+            branches: SPACE_1_RO,
+            options: &opts,
+            setup: &msp_setup,
+            run: &|t, o| {
+                t.rec("create a/b/c/new", o.create("a/b/c/new", b"n")).ok();
+                t.rec("mkdir a/b/c/sub", o.mkdir("a/b/c/sub", 0o755)).ok();
+                t.rec("create a/top", o.create("a/top", b"t")).ok();
+            },
+        },
+    );
+    // `a/b/c` is only on the RO branch; the deepest writable ancestor with the policy's
+    // space answer is `a/b` on 3 or 4, where `c` is cloned.
+    assert_eq!(o.holders("a/b/c/new"), [want], "{o}");
+}
+
+#[test]
+fn create_msplfs_walks_up_to_a_writable_ancestor() {
+    msp_policy("msplfs", 3);
+}
+
+#[test]
+fn create_mspmfs_walks_up_to_a_writable_ancestor() {
+    msp_policy("mspmfs", 4);
+}
+
+#[test]
+fn create_msplus_walks_up_to_a_writable_ancestor() {
+    msp_policy("msplus", 3);
+}
+
+/// Four branches of equal size (so pfrd's weights are equal): 1 is RO, 4 is below the 8M
+/// minfreespace, `d` exists on 0, 1 and 3.
+const RANDOM: &[BranchSpec] = &[
+    br("32M", "RW", 0),
+    br("32M", "RO", 0),
+    br("32M", "RW", 0),
+    br("32M", "RW", 0),
+    br("16M", "RW", 12 * MIB),
+];
+
+const RANDOM_TRIES: usize = 40;
+
+/// Creates many files with a random policy on both sides; each must land on exactly one
+/// qualifying branch and, over the tries, every qualifying branch must be used (the chance
+/// of missing one by luck is below 10^-6).
+fn random_policy(policy: &str, dir: &str, qualifying: &[usize]) {
+    let opts = format!("category.create={policy},minfreespace=8M");
+    let sc = Scenario {
+        branches: RANDOM,
+        options: &opts,
+        setup: &|s| {
+            for b in [0, 1, 3] {
+                s.dir(b, "d", 0o755);
+            }
+        },
+        run: &|t, o| {
+            for i in 0..RANDOM_TRIES {
+                let p = if dir.is_empty() {
+                    format!("f{i}")
+                } else {
+                    format!("{dir}/f{i}")
+                };
+                t.rec(&format!("create {p}"), o.create(&p, b"r")).ok();
+            }
+        },
+    };
+    let (theirs, ours) = run_both(&sc);
+    assert_eq!(theirs.trace, ours.trace, "{policy}: results differ");
+    for (side, o) in [("mergerfs", &theirs), ("ours", &ours)] {
+        let mut used = BTreeSet::new();
+        for i in 0..RANDOM_TRIES {
+            let p = if dir.is_empty() {
+                format!("f{i}")
+            } else {
+                format!("{dir}/f{i}")
+            };
+            let h = o.holders(&p);
+            assert_eq!(h.len(), 1, "{side} {policy}: {p} on {h:?}\n{o}");
+            assert!(
+                qualifying.contains(&h[0]),
+                "{side} {policy}: {p} on non-qualifying branch {}\n{o}",
+                h[0]
+            );
+            used.insert(h[0]);
+        }
+        assert_eq!(
+            used.into_iter().collect::<Vec<_>>(),
+            qualifying,
+            "{side} {policy}: qualifying branches used"
+        );
+    }
+}
+
+#[test]
+fn create_rand() {
+    random_policy("rand", "", &[0, 2, 3]);
+}
+
+#[test]
+fn create_eprand() {
+    random_policy("eprand", "d", &[0, 3]);
+}
+
+#[test]
+fn create_pfrd() {
+    random_policy("pfrd", "", &[0, 2, 3]);
+}
+
+#[test]
+fn create_eppfrd() {
+    random_policy("eppfrd", "d", &[0, 3]);
+}
+
+#[test]
+fn create_msppfrd() {
+    random_policy("msppfrd", "d", &[0, 3]);
+}
+
+#[test]
+fn creates_skip_ro_nc_and_branches_under_minfreespace() {
+    let o = assert_same(
+        "skip RO/NC/full",
+        &Scenario {
+            branches: &[
+                br("16M", "RO", 0),
+                br("16M", "NC", 0),
+                br("32M", "RW", 26 * MIB),
+                br("16M", "RW", 0),
+            ],
+            options: "category.create=ff,minfreespace=8M",
+            setup: &|_| {},
+            run: &|t, o| {
+                t.rec("create f", o.create("f", b"x")).ok();
+                t.rec("mkdir d", o.mkdir("d", 0o755)).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("f"), [3], "{o}");
+}
+
+#[test]
+fn per_branch_minfreespace_overrides_the_global_one() {
+    let o = assert_same(
+        "per-branch minfreespace",
+        &Scenario {
+            branches: &[
+                br("16M", "RW,14M", 4 * MIB),
+                br("16M", "RW,1M", 10 * MIB),
+                br("32M", "RW", 0),
+            ],
+            options: "category.create=ff,minfreespace=8M",
+            setup: &|_| {},
+            run: &|t, o| {
+                t.rec("create f", o.create("f", b"x")).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("f"), [1], "{o}");
+}
+
+#[test]
+fn enospc_when_every_branch_is_under_minfreespace() {
+    assert_same(
+        "ENOSPC",
+        &Scenario {
+            branches: &[br("16M", "RW", 12 * MIB), br("32M", "RW", 28 * MIB)],
+            options: "category.create=mfs,minfreespace=8M",
+            setup: &|s| s.dir(0, "d", 0o755),
+            run: &|t, o| {
+                t.rec("create f", o.create("f", b"x")).ok();
+                t.rec("mkdir g", o.mkdir("g", 0o755)).ok();
+                t.rec("create d/f", o.create("d/f", b"x")).ok();
+            },
+        },
+    );
+}
+
+#[test]
+fn erofs_when_only_ro_or_nc_branches_would_qualify() {
+    let run = |t: &mut Trace, o: &dyn Ops| {
+        t.rec("create f", o.create("f", b"x")).ok();
+        t.rec("mkdir g", o.mkdir("g", 0o755)).ok();
+        t.rec("create d/f", o.create("d/f", b"x")).ok();
+    };
+    for (name, policy) in [("ff", "ff"), ("epmfs", "epmfs")] {
+        assert_same(
+            &format!("EROFS only RO/NC ({name})"),
+            &Scenario {
+                branches: &[br("16M", "RO", 0), br("16M", "NC", 0)],
+                options: &format!("category.create={policy},minfreespace=1M"),
+                setup: &|s| s.dir(1, "d", 0o755),
+                run: &run,
+            },
+        );
+        // A full RW branch beside an RO one: which errno wins.
+        assert_same(
+            &format!("EROFS vs ENOSPC ({name})"),
+            &Scenario {
+                branches: &[br("16M", "RW", 12 * MIB), br("16M", "RO", 0)],
+                options: &format!("category.create={policy},minfreespace=8M"),
+                setup: &|s| {
+                    s.dir(0, "d", 0o755);
+                    s.dir(1, "d", 0o755);
+                },
+                run: &run,
+            },
+        );
+    }
+}
+
+#[test]
+fn path_cloning_copies_directory_modes_and_xattrs() {
+    // a/b/c exists only on branch 0; mfs picks branch 2, where the whole path is cloned.
+    let o = assert_same(
+        "path cloning",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("32M", "RW", 0), br("64M", "RW", 0)],
+            options: "category.create=mfs,minfreespace=1M",
+            setup: &|s| {
+                s.dir(0, "a/b/c", 0o755);
+                s.chmod(0, "a", 0o711);
+                s.chmod(0, "a/b", 0o2770);
+                s.chmod(0, "a/b/c", 0o700);
+                xattr_on(&s.roots[0].join("a/b"), "user.tag", "b");
+            },
+            run: &|t, o| {
+                t.rec("create a/b/c/f", o.create("a/b/c/f", b"cloned")).ok();
+                t.rec("mode a/b", o.mode("a/b")).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("a/b/c/f"), [2], "{o}");
+}
+
+/// Two layouts of four branches with `f` and `u` on every branch, `d` (empty) on all but the
+/// last, `e` empty on the first and holding a file on the third, `m`/`n` a file on the first
+/// and a directory on the third or the reverse, and `ro_only` only on the RO branch:
+/// RW, RO, RW, NC, and the same with the RO branch first.
+const ACTION_LAYOUTS: &[&[BranchSpec]] = &[
+    &[
+        br("16M", "RW", 0),
+        br("16M", "RO", 0),
+        br("16M", "RW", 0),
+        br("16M", "NC", 0),
+    ],
+    &[
+        br("16M", "RO", 0),
+        br("16M", "RW", 0),
+        br("16M", "NC", 0),
+        br("16M", "RW", 0),
+    ],
+];
+
+fn action_setup(s: &Setup) {
+    for b in 0..4 {
+        s.file(b, "f", &format!("f{b}"));
+        s.file(b, "u", &format!("u{b}"));
+    }
+    for b in 0..3 {
+        s.dir(b, "d", 0o755);
+    }
+    s.dir(0, "e", 0o755);
+    s.dir(2, "e", 0o755);
+    s.file(2, "e/x", "x");
+    // A name that is a file on one branch and a directory on another, both ways round.
+    s.file(0, "m", "m");
+    s.dir(2, "m", 0o755);
+    s.dir(0, "n", 0o755);
+    s.file(2, "n", "n");
+}
+
+fn action_policy(policy: &str) {
+    let opts = format!("category.action={policy},category.create=ff,minfreespace=1M");
+    for (i, layout) in ACTION_LAYOUTS.iter().enumerate() {
+        let ro = layout.iter().position(|b| b.mode == "RO").unwrap();
+        assert_same(
+            &format!("action policy {policy}, layout {i}"),
+            &Scenario {
+                branches: layout,
+                options: &opts,
+                setup: &|s| {
+                    action_setup(s);
+                    s.file(ro, "ro_only", "ro");
+                },
+                run: &|t, o| {
+                    t.rec("chmod f", o.chmod("f", 0o600)).ok();
+                    t.rec("truncate f", o.truncate("f", 1)).ok();
+                    t.rec("setxattr f", o.setxattr("f", "user.k", b"v")).ok();
+                    t.rec("setxattr d", o.setxattr("d", "user.k", b"dir")).ok();
+                    t.rec("chmod ro_only", o.chmod("ro_only", 0o600)).ok();
+                    t.rec("truncate ro_only", o.truncate("ro_only", 0)).ok();
+                    t.rec("setxattr ro_only", o.setxattr("ro_only", "user.k", b"v"))
+                        .ok();
+                    t.rec("unlink ro_only", o.unlink("ro_only")).ok();
+                    t.rec("unlink u", o.unlink("u")).ok();
+                    t.rec("read u after unlink", o.read("u")).ok();
+                    t.rec("unlink u again", o.unlink("u")).ok();
+                    t.rec("rmdir d", o.rmdir("d")).ok();
+                    t.rec("read_dir d after rmdir", o.read_dir("d")).ok();
+                    t.rec("rmdir e (not empty on one branch)", o.rmdir("e"))
+                        .ok();
+                    t.rec("read_dir e", o.read_dir("e")).ok();
+                    t.rec("unlink m (a directory on another branch)", o.unlink("m"))
+                        .ok();
+                    t.rec("rmdir n (a file on another branch)", o.rmdir("n"))
+                        .ok();
+                    t.rec("read f", o.read("f")).ok();
+                    t.rec("mode f", o.mode("f")).ok();
+                },
+            },
+        );
+    }
+}
+
+#[test]
+fn action_epall() {
+    action_policy("epall");
+}
+
+#[test]
+fn action_epff() {
+    action_policy("epff");
+}
+
+#[test]
+fn action_all() {
+    action_policy("all");
+}
+
+#[test]
+fn action_erofs() {
+    action_policy("erofs");
+}
+
+#[test]
+fn search_policies_choose_which_copy_is_read() {
+    for policy in ["ff", "newest", "epff"] {
+        assert_same(
+            &format!("search policy {policy}"),
+            &Scenario {
+                branches: &[br("16M", "RW", 0), br("16M", "RO", 0), br("16M", "NC", 0)],
+                options: &format!("category.search={policy},minfreespace=1M"),
+                setup: &|s| {
+                    for (b, t) in [(0, 1_000), (1, 3_000), (2, 2_000)] {
+                        s.file(b, "f", &format!("copy {b}"));
+                        s.mtime(b, "f", t);
+                    }
+                    s.file(2, "nc_only", "nc");
+                },
+                run: &|t, o| {
+                    t.rec("read f", o.read("f")).ok();
+                    t.rec("mode f", o.mode("f")).ok();
+                    t.rec("read nc_only", o.read("nc_only")).ok();
+                },
+            },
+        );
+    }
+}
+
+const THREE_RW: &[BranchSpec] = &[br("16M", "RW", 0), br("16M", "RW", 0), br("16M", "RW", 0)];
+
+#[test]
+fn rename_within_a_branch_and_over_a_copy_on_another() {
+    assert_same(
+        "rename",
+        &Scenario {
+            branches: THREE_RW,
+            options: "category.create=epmfs,minfreespace=1M",
+            setup: &|s| {
+                s.file(0, "x", "x0");
+                s.file(0, "a", "a0");
+                s.file(1, "b", "b1");
+                s.file(2, "b", "b2");
+                s.dir(0, "sub", 0o755);
+            },
+            run: &|t, o| {
+                t.rec("rename x y", o.rename("x", "y")).ok();
+                t.rec("rename y sub/y", o.rename("y", "sub/y")).ok();
+                // The destination exists only on other branches: they lose their copies.
+                t.rec("rename a b", o.rename("a", "b")).ok();
+                t.rec("read b", o.read("b")).ok();
+                t.rec("rename missing z", o.rename("missing", "z")).ok();
+            },
+        },
+    );
+}
+
+/// `src/f` on branch 0 only and `dst` on branch 1 only; `two` on branches 0 and 2 with `half`
+/// (the destination directory) only on 2.
+fn cross_dir_setup(s: &Setup) {
+    s.dir(0, "src", 0o755);
+    s.file(0, "src/f", "f");
+    s.dir(1, "dst", 0o750);
+    s.file(0, "two", "two0");
+    s.file(2, "two", "two2");
+    s.dir(2, "half", 0o755);
+}
+
+fn cross_dir_run(t: &mut Trace, o: &dyn Ops) {
+    t.rec("rename src/f dst/f", o.rename("src/f", "dst/f")).ok();
+    t.rec("read dst/f", o.read("dst/f")).ok();
+    t.rec("read src/f", o.read("src/f")).ok();
+    // Renamable on branch 2, but branch 0 lacks the destination directory.
+    t.rec("rename two half/two", o.rename("two", "half/two"))
+        .ok();
+    t.rec("read half/two", o.read("half/two")).ok();
+    t.rec("read two", o.read("two")).ok();
+}
+
+/// mergerfs: EXDEV where the destination directory is missing on the only branch holding the
+/// source; where the source is on two branches and only one has the destination directory,
+/// the rename succeeds there and the other copy is removed (the old name disappears).
+#[test]
+fn rename_into_a_directory_on_another_branch_with_a_path_preserving_policy() {
+    assert_same(
+        "rename across branches, epmfs",
+        &Scenario {
+            branches: THREE_RW,
+            options: "category.create=epmfs,minfreespace=1M",
+            setup: &cross_dir_setup,
+            run: &cross_dir_run,
+        },
+    );
+}
+
+/// mergerfs: with a create policy that is not path-preserving the destination directory is
+/// cloned onto the source's branch and the rename succeeds there.
+#[test]
+fn rename_into_a_directory_on_another_branch_with_a_non_path_preserving_policy() {
+    assert_same(
+        "rename across branches, mfs",
+        &Scenario {
+            branches: THREE_RW,
+            options: "category.create=mfs,minfreespace=1M",
+            setup: &cross_dir_setup,
+            run: &cross_dir_run,
+        },
+    );
+}
+
+#[test]
+fn rename_of_a_directory_on_several_branches() {
+    assert_same(
+        "rename directory",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("16M", "RO", 0), br("16M", "RW", 0)],
+            options: "category.create=epmfs,minfreespace=1M",
+            setup: &|s| {
+                for b in 0..3 {
+                    s.dir(b, "d", 0o755);
+                    s.file(b, &format!("d/f{b}"), "x");
+                }
+                s.file(1, "ro_file", "ro");
+            },
+            run: &|t, o| {
+                t.rec("rename d e", o.rename("d", "e")).ok();
+                t.rec("read_dir e", o.read_dir("e").map(sorted)).ok();
+                t.rec("read_dir d", o.read_dir("d").map(sorted)).ok();
+                t.rec("rename ro_file x", o.rename("ro_file", "x")).ok();
+            },
+        },
+    );
+}
+
+fn link_scenario(policy: &str) {
+    assert_same(
+        &format!("link across branches, {policy}"),
+        &Scenario {
+            branches: THREE_RW,
+            options: &format!("category.create={policy},minfreespace=1M"),
+            setup: &|s| {
+                s.file(0, "f", "data");
+                s.dir(1, "dir", 0o755);
+            },
+            run: &|t, o| {
+                t.rec("link f h", o.link("f", "h")).ok();
+                t.rec("link f dir/h", o.link("f", "dir/h")).ok();
+                t.rec("read dir/h", o.read("dir/h")).ok();
+            },
+        },
+    );
+}
+
+/// mergerfs: a link into a directory missing on the source's branch is EXDEV.
+#[test]
+fn link_across_branches_with_a_path_preserving_policy() {
+    link_scenario("epmfs");
+}
+
+/// mergerfs: the directory is cloned onto the source's branch and the link made there.
+#[test]
+fn link_across_branches_with_a_non_path_preserving_policy() {
+    link_scenario("mfs");
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[test]
+fn readdir_merges_names_across_branches() {
+    let sc = Scenario {
+        branches: &[br("16M", "RW", 0), br("16M", "RO", 0), br("16M", "NC", 0)],
+        options: "category.create=ff,minfreespace=1M",
+        setup: &|s| {
+            for b in 0..3 {
+                s.dir(b, "d", 0o755);
+            }
+            for (b, names) in [
+                (0, &["m", "a", "z"][..]),
+                (1, &["b", "a", "y", "c"][..]),
+                (2, &["z", "x", "c", "q"][..]),
+            ] {
+                for n in names {
+                    s.file(b, &format!("d/{n}"), n);
+                }
+            }
+            s.dir(2, "d/sub", 0o755);
+        },
+        run: &|t, o| {
+            t.rec("read_dir d", o.read_dir("d").map(sorted)).ok();
+            t.rec("read_dir root", o.read_dir("").map(sorted)).ok();
+        },
+    };
+    let (theirs, ours) = run_both(&sc);
+    assert!(
+        theirs == ours,
+        "readdir sets differ\n--- mergerfs:\n{theirs}--- ours:\n{ours}"
+    );
+    // The order is compared separately so a difference is reported as such.
+    let order = |side| {
+        let mut order = Vec::new();
+        let sc2 = Scenario {
+            run: &|t, o| {
+                t.rec("order d", o.read_dir("d")).ok();
+            },
+            ..sc
+        };
+        order.extend(run_side(&sc2, side).trace);
+        order
+    };
+    let (a, b) = (order(Side::Mergerfs), order(Side::Ours));
+    if std::env::var_os("MERGERFS_DIFF_SHOW").is_some() {
+        eprintln!("readdir order: mergerfs {a:?}, ours {b:?}");
+    }
+    assert_eq!(a, b, "readdir order: mergerfs {a:?}, ours {b:?}");
+}
+
+/// Parses the `statfs total=T avail=A` notes of a trace.
+fn statfs_notes(o: &Outcome) -> Vec<(u64, u64)> {
+    o.trace
+        .iter()
+        .filter_map(|l| l.strip_prefix("statfs "))
+        .map(|l| {
+            let mut n = l
+                .split(' ')
+                .map(|kv| kv.split_once('=').unwrap().1.parse().unwrap());
+            (n.next().unwrap(), n.next().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn statfs_sums_every_branch() {
+    const PAGE: u64 = 4096;
+    let branches = &[
+        br("16M", "RW", 2 * MIB),
+        br("32M", "RO", 5 * MIB),
+        br("64M", "NC", 0),
+        br("8M", "RW,1M", MIB),
+    ];
+    let sc = Scenario {
+        branches,
+        options: "category.create=ff,minfreespace=1M",
+        setup: &|_| {},
+        run: &|t, o| {
+            let st = o.statfs().unwrap();
+            t.note(format!("statfs total={} avail={}", st.total, st.avail));
+            t.rec("create big", o.create("big", &vec![7u8; 3 * MIB]))
+                .ok();
+            let st = o.statfs().unwrap();
+            t.note(format!("statfs total={} avail={}", st.total, st.avail));
+        },
+    };
+    let (theirs, ours) = run_both(&sc);
+    let others = |o: &Outcome| -> Vec<String> {
+        o.trace
+            .iter()
+            .filter(|l| !l.starts_with("statfs "))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&theirs), others(&ours));
+    assert_eq!(theirs.branches, ours.branches);
+    let (a, b) = (statfs_notes(&theirs), statfs_notes(&ours));
+    let slack = PAGE * branches.len() as u64;
+    for ((ta, aa), (tb, ab)) in a.iter().zip(&b) {
+        assert!(
+            ta.abs_diff(*tb) <= slack && aa.abs_diff(*ab) <= slack,
+            "statfs (total, avail): mergerfs {a:?}, ours {b:?}"
+        );
+    }
+    // 16M + 32M + 64M + 8M, less the 8M of fill and then the 3M file.
+    let (total, avail) = a[0];
+    assert!(total.abs_diff(120 * MIB as u64) <= slack, "{a:?}");
+    assert!(avail.abs_diff(112 * MIB as u64) <= slack, "{a:?}");
+    assert!(a[1].1.abs_diff(109 * MIB as u64) <= slack, "{a:?}");
+}
