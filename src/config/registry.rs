@@ -122,9 +122,9 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.minfreespace = parse_size(v).map_err(|_| Expected("a size such as 4G"))?;
         Ok(())
     } },
-    OptionSpec { name: "moveonenospc", help: "true|false|POLICY: on ENOSPC/EDQUOT during a write, move the file and retry (true = pfrd)", set: |s, v| {
+    OptionSpec { name: "moveonenospc", help: "true|false|POLICY: on ENOSPC/EDQUOT during a write, move the file and retry (true = mfs)", set: |s, v| {
         s.opts.moveonenospc = match boolean(v) {
-            Ok(true) => Some(Policy::Pfrd),
+            Ok(true) => Some(Policy::Mfs),
             Ok(false) => None,
             Err(_) => Some(policy(v).map_err(|_| Expected("true, false or a policy name"))?),
         };
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(s.opts.policies.get(Func::Getattr), Policy::Newest);
         assert_eq!(s.opts.policies.get(Func::Open), Policy::Ff);
         assert_eq!(s.opts.minfreespace, 10 << 30);
-        assert_eq!(s.opts.moveonenospc, Some(Policy::Pfrd));
+        assert_eq!(s.opts.moveonenospc, Some(Policy::Mfs));
         s.apply_list("statfs_ignore=ro,cache.negative_entry=2.5,direct_io,allow_other")
             .unwrap();
         assert_eq!(s.opts.statfs_ignore, StatfsIgnore::Ro);

@@ -54,6 +54,17 @@ impl ErrnoFold {
         self.err.unwrap_or(libc::ENOENT)
     }
 
+    /// For action loops (unlink, rmdir, chmod, setxattr… on every selected copy), as mergerfs
+    /// reports them: any copy's failure is the answer even when other copies were changed
+    /// (e.g. ENOTEMPTY from `rmdir` of a directory empty on one branch only).
+    pub fn result_all(&self) -> std::io::Result<()> {
+        match self.err {
+            Some(e) => Err(std::io::Error::from_raw_os_error(e)),
+            None if self.ok => Ok(()),
+            None => Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+
     /// `Ok(())` if any branch succeeded, else the folded errno.
     pub fn result(&self) -> std::io::Result<()> {
         if self.ok {
@@ -83,5 +94,16 @@ mod tests {
         assert!(g.result().is_err());
         g.ok();
         assert!(g.result().is_ok());
+        assert_eq!(
+            g.result_all().unwrap_err().raw_os_error(),
+            Some(libc::ENOSPC)
+        );
+        let mut h = ErrnoFold::new();
+        h.ok();
+        assert!(h.result_all().is_ok());
+        assert_eq!(
+            ErrnoFold::new().result_all().unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
     }
 }

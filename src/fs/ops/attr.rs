@@ -73,7 +73,7 @@ pub fn setattr(
             let _creds = creds::switch_to(ctx.uid, ctx.gid);
             fold.add(&apply(fs, &f, &rel, &attr, valid & mask));
         }
-        fold.result()?;
+        fold.result_all()?;
     }
     getattr(fs, inode, None)
 }

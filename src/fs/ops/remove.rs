@@ -29,7 +29,10 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
             .and_then(|d| Ok(rustix::fs::unlinkat(&d, name, flags)?));
         fold.add(&r);
     }
-    fold.result()?;
-    fs.inodes.unlink(parent, name);
+    // A copy that went is gone whatever the answer: the guest must look the name up again.
+    if fold.result().is_ok() {
+        fs.inodes.unlink(parent, name);
+    }
+    fold.result_all()?;
     Ok(())
 }

@@ -88,7 +88,7 @@ fn each_copy(
     for f in fs.action(func, &rel)? {
         fold.add(&target(&f).and_then(|p| op(&p)));
     }
-    fold.result()
+    fold.result_all()
 }
 
 /// Sets `name` on every writable copy.
