@@ -126,7 +126,8 @@ fn hash_ino(parts: impl Hash) -> u64 {
 
 /// The union inode number of an entry under `calc` (`inodecalc=`): by union path, by host
 /// device and inode, or (hybrid, the default) directories by path and the rest by dev/ino, so
-/// a directory merged across branches keeps one number. The root is always 1.
+/// a directory merged across branches keeps one number. The root is always 1. `rel` is only
+/// read by the path-based modes (and for directories under hybrid-hash).
 pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: u64) -> u64 {
     if rel == b"." {
         return 1;

@@ -92,36 +92,39 @@ where
         }
     }
 
-    /// Pops every available chain of `vring` and serves it (on a worker if there is a pool).
+    /// Pops every available chain of `vring` and serves it: costly requests (see
+    /// [`super::dispatch::is_heavy`]) on a worker when there is a pool, cheap ones right here,
+    /// where a thread hand-off would cost more than the request itself.
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
+        let pop = || {
+            let mut state = vring.get_mut();
+            let size = state.get_queue().size();
+            state
+                .get_queue_mut()
+                .pop_descriptor_chain(mem.memory())
+                .map(|c| (c, size))
+        };
         loop {
             if event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            loop {
-                let (chain, queue_size) = {
-                    let mut state = vring.get_mut();
-                    let size = state.get_queue().size();
-                    match state.get_queue_mut().pop_descriptor_chain(mem.memory()) {
-                        Some(c) => (c, size),
-                        None => break,
-                    }
-                };
+            while let Some((chain, queue_size)) = pop() {
                 let head = chain.head_index();
+                let serve_here = self.pool.is_none() || !super::dispatch::is_heavy(&chain);
+                if serve_here {
+                    let len = self.dispatcher.handle(chain, queue_size);
+                    complete(vring, head, len, event_idx);
+                    continue;
+                }
                 let dispatcher = self.dispatcher.clone();
                 let worker_vring = vring.clone();
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {
                     let len = dispatcher.handle(chain, queue_size);
                     complete(&worker_vring, head, len, event_idx);
                 });
-                match &self.pool {
-                    Some(pool) => {
-                        if let Err(job) = pool.spawn(job) {
-                            job();
-                        }
-                    }
-                    None => job(),
+                if let Some(Err(job)) = self.pool.as_ref().map(|p| p.spawn(job)) {
+                    job();
                 }
             }
             // With EVENT_IDX, re-check for chains queued while notifications were off.

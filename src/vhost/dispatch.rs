@@ -45,6 +45,71 @@ fn server_knows(opcode: u32) -> bool {
     (1..Opcode::MaxOpcode as u32).contains(&opcode) && opcode != 7 && opcode != 19
 }
 
+/// READs at least this large are worth a worker thread (reads of one file run in parallel).
+const HEAVY_READ: u32 = 64 * 1024;
+/// WRITEs at least this large are worth one: buffered writes to one file serialize on its inode
+/// lock in the host kernel, so smaller ones only add a hand-off and lock contention.
+const HEAVY_WRITE: u32 = 1024 * 1024;
+
+/// Whether the request in `chain` is costly enough to hand to a worker: large READ/WRITE and
+/// operations that change the namespace (several syscalls each). Cheap requests (getattr,
+/// lookup, small I/O…) are served on the queue thread, where a hand-off would cost more than
+/// the request. Reads only the first descriptor; anything unusual counts as cheap.
+pub(crate) fn is_heavy<M>(chain: &DescriptorChain<M>) -> bool
+where
+    M: Deref + Clone,
+    M::Target: GuestMemory + Sized,
+{
+    use vm_memory::{Address, Bytes};
+    let Some(first) = chain.clone().next() else {
+        return false;
+    };
+    if first.is_write_only() || (first.len() as usize) < size_of::<InHeader>() {
+        return false;
+    }
+    let mem = chain.memory();
+    let Ok(hdr) = mem.read_obj::<InHeader>(first.addr()) else {
+        return false;
+    };
+    let op = hdr.opcode;
+    if op == Opcode::Read as u32 || op == Opcode::Write as u32 {
+        // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32).
+        let at = first.addr().checked_add(size_of::<InHeader>() as u64 + 16);
+        let fits = first.len() as usize >= size_of::<InHeader>() + 20;
+        return match at {
+            Some(a) if fits => mem.read_obj::<u32>(a).is_ok_and(|size| {
+                size >= if op == Opcode::Read as u32 {
+                    HEAVY_READ
+                } else {
+                    HEAVY_WRITE
+                }
+            }),
+            _ => false,
+        };
+    }
+    [
+        Opcode::Create,
+        Opcode::Mkdir,
+        Opcode::Mknod,
+        Opcode::Symlink,
+        Opcode::Link,
+        Opcode::Unlink,
+        Opcode::Rmdir,
+        Opcode::Rename,
+        Opcode::Rename2,
+        Opcode::Setattr,
+        Opcode::Fsync,
+        Opcode::Fsyncdir,
+        Opcode::Fallocate,
+        Opcode::Readdir,
+        Opcode::Readdirplus,
+        Opcode::Setxattr,
+        Opcode::Removexattr,
+    ]
+    .iter()
+    .any(|o| *o as u32 == op)
+}
+
 /// The smallest reply buffer an opcode that creates guest-held state (a node reference or an
 /// open handle) needs for that state to reach the guest.
 fn min_reply(opcode: u32) -> Option<usize> {

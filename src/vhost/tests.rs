@@ -326,15 +326,21 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     let vq = MockSplitQueue::new(&mem, 16);
     let read = read_req(31, 10, 100);
     let lookup = message(header(Opcode::Lookup, 32, 4), &[b"abc\0"]);
+    // UNLINK is costly enough for a worker (the other two are served on the queue thread).
+    let unlink = message(header(Opcode::Unlink, 33, 2), &[b"x\0"]);
     let (req2, reply2) = (REQ_ADDR + 0x1000, REPLY_ADDR + 0x1000);
+    let (req3, reply3) = (REQ_ADDR + 0x2000, REPLY_ADDR + 0x2000);
     mem.write_slice(&read, GuestAddress(REQ_ADDR)).unwrap();
     mem.write_slice(&lookup, GuestAddress(req2)).unwrap();
+    mem.write_slice(&unlink, GuestAddress(req3)).unwrap();
     let (next, wr) = (VRING_DESC_F_NEXT as u16, VRING_DESC_F_WRITE as u16);
     let descs = [
         SplitDescriptor::new(REQ_ADDR, read.len() as u32, next, 1),
         SplitDescriptor::new(REPLY_ADDR, 116, wr, 0),
         SplitDescriptor::new(req2, lookup.len() as u32, next, 3),
         SplitDescriptor::new(reply2, 144, wr, 0),
+        SplitDescriptor::new(req3, unlink.len() as u32, next, 5),
+        SplitDescriptor::new(reply3, 16, wr, 0),
     ]
     .map(RawDescriptor::from);
     vq.add_desc_chains(&descs, 0).unwrap();
@@ -356,20 +362,20 @@ fn backend_serves_a_queue_through_the_worker_pool() {
         .handle_event(0, EventSet::IN, std::slice::from_ref(&vring), 1)
         .unwrap();
     for _ in 0..500 {
-        if vq.used().idx().load() == 2 {
+        if vq.used().idx().load() == 3 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(vq.used().idx().load(), 2);
-    let mut used: Vec<(u32, u32)> = (0..2)
+    assert_eq!(vq.used().idx().load(), 3);
+    let mut used: Vec<(u32, u32)> = (0..3)
         .map(|i| {
             let e = vq.used().ring().ref_at(i).unwrap().load();
             (e.id(), e.len())
         })
         .collect();
     used.sort();
-    assert_eq!(used, vec![(0, 116), (2, 16)]);
+    assert_eq!(used, vec![(0, 116), (2, 16), (4, 16)]);
     let mut reply = [0u8; 116];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
         .unwrap();
@@ -382,4 +388,49 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     mem.read_slice(&mut reply, GuestAddress(reply2)).unwrap();
     assert_eq!(out_header(&reply).error, -libc::ENOENT);
     backend.shutdown();
+}
+
+#[test]
+fn costly_requests_are_told_apart_from_cheap_ones() {
+    use super::dispatch::is_heavy;
+    let mem = memory();
+    let heavy = |msg: &[u8]| {
+        mem.write_slice(msg, GuestAddress(REQ_ADDR)).unwrap();
+        let vq = MockSplitQueue::new(&mem, 16);
+        let descs = [RawDescriptor::from(SplitDescriptor::new(
+            REQ_ADDR,
+            msg.len() as u32,
+            0,
+            0,
+        ))];
+        is_heavy(&vq.build_desc_chain(&descs).unwrap())
+    };
+    assert!(!heavy(&read_req(1, 0, 4096)));
+    assert!(heavy(&read_req(1, 0, 64 * 1024)));
+    let write = |size: u32| {
+        let arg = WriteIn {
+            fh: 1,
+            offset: 0,
+            size,
+            ..Default::default()
+        };
+        message(
+            header(Opcode::Write, 2, size_of::<WriteIn>()),
+            &[arg.as_slice()],
+        )
+    };
+    assert!(!heavy(&write(128 * 1024)));
+    assert!(heavy(&write(1024 * 1024)));
+    assert!(!heavy(&message(
+        header(Opcode::Getattr, 3, 16),
+        &[&[0u8; 16]]
+    )));
+    assert!(!heavy(&message(header(Opcode::Lookup, 4, 2), &[b"x\0"])));
+    assert!(heavy(&message(header(Opcode::Unlink, 5, 2), &[b"x\0"])));
+    assert!(heavy(&message(
+        header(Opcode::Readdirplus, 6, 40),
+        &[&[0u8; 40]]
+    )));
+    // A header split across descriptors is not peeked at: served on the queue thread.
+    assert!(!heavy(&read_req(1, 0, 1 << 20)[..20]));
 }

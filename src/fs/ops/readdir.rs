@@ -12,7 +12,7 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::handle::{DirHandle, Handle};
-use crate::fs::options::Func;
+use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, MergedEntry};
 use crate::fs::resolve::{ino_for, split_parent};
 use crate::fs::{errno, UnionFs};
@@ -69,17 +69,36 @@ fn snapshot(fs: &UnionFs, rel: &CStr) -> io::Result<DirSnapshot> {
             dtype: dt_dir,
         },
     ];
+    // Names need de-duplicating only against branches listed before; a directory on one
+    // branch (the common case) needs no set at all.
+    let dirs: Vec<_> = (0..fs.roots.len())
+        .filter_map(|b| fs.dir_on(b, rel).ok())
+        .collect();
     let mut seen = HashSet::new();
-    for b in 0..fs.roots.len() {
-        let Ok(dir) = fs.dir_on(b, rel) else { continue };
+    for (i, dir) in dirs.iter().enumerate() {
+        let (check, record) = (i > 0, i + 1 < dirs.len());
         let dev = beneath::stat_fd(dir.as_fd())?.st_dev;
-        for e in beneath::list_dir(dir.as_fd())? {
-            if seen.contains(&e.name) {
+        let listed = beneath::list_dir(dir.as_fd())?;
+        entries.reserve(listed.len());
+        for e in listed {
+            if check && seen.contains(&e.name) {
                 continue;
             }
             let is_dir = e.dtype == dt_dir;
-            let ino = ino_for(calc, is_dir, child(rel, &e.name).as_bytes(), dev, e.ino);
-            seen.insert(e.name.clone());
+            // Only path-based numbers need the entry's path; skip building it otherwise.
+            let by_path = match calc {
+                InodeCalc::PathHash | InodeCalc::PathHash32 => true,
+                InodeCalc::HybridHash | InodeCalc::HybridHash32 => is_dir,
+                _ => false,
+            };
+            let ino = if by_path {
+                ino_for(calc, is_dir, child(rel, &e.name).as_bytes(), dev, e.ino)
+            } else {
+                ino_for(calc, is_dir, b"", dev, e.ino)
+            };
+            if record {
+                seen.insert(e.name.clone());
+            }
             entries.push(MergedEntry {
                 name: e.name,
                 ino,
