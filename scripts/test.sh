@@ -13,4 +13,4 @@ timed scripts/fetch-kernel.sh >/dev/null
 # A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.
 GUEST_KERNEL_SUITE=trixie-backports timed scripts/fetch-kernel.sh >/dev/null
 timed scripts/build-initramfs.sh >/dev/null
-cargo test --all-targets "$@"
+cargo test --workspace --all-targets "$@"
