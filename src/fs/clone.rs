@@ -39,6 +39,20 @@ pub(crate) fn copy_xattrs(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Resul
     Ok(())
 }
 
+/// The access and modification times of `st`, to put them on a copy.
+pub(crate) fn times_of(st: &libc::stat64) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec,
+        },
+        last_modification: Timespec {
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec,
+        },
+    }
+}
+
 impl UnionFs {
     /// Makes directory `rel` and its missing ancestors on branch `to`, copying each one's
     /// metadata from branch `from`.
@@ -92,16 +106,7 @@ impl UnionFs {
             made.push((dst, st));
         }
         for (dst, st) in made.iter().rev() {
-            let times = Timestamps {
-                last_access: Timespec {
-                    tv_sec: st.st_atime,
-                    tv_nsec: st.st_atime_nsec,
-                },
-                last_modification: Timespec {
-                    tv_sec: st.st_mtime,
-                    tv_nsec: st.st_mtime_nsec,
-                },
-            };
+            let times = times_of(st);
             let path = beneath::proc_path(dst.as_fd());
             rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::empty())?;
         }

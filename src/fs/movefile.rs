@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
-use rustix::fs::{AtFlags, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
+use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 
 use super::handle::FileHandle;
 use super::resolve::split_parent;
@@ -101,17 +101,7 @@ pub(crate) fn copy_to_temp(
         let _ = rustix::fs::fchown(&dst, owner.0, owner.1);
         rustix::fs::fchmod(&dst, Mode::from_raw_mode(st.st_mode & 0o7777))?;
         super::clone::copy_xattrs(src_path.as_fd(), dst.as_fd())?;
-        let times = Timestamps {
-            last_access: Timespec {
-                tv_sec: st.st_atime,
-                tv_nsec: st.st_atime_nsec,
-            },
-            last_modification: Timespec {
-                tv_sec: st.st_mtime,
-                tv_nsec: st.st_mtime_nsec,
-            },
-        };
-        Ok(rustix::fs::futimens(&dst, &times)?)
+        Ok(rustix::fs::futimens(&dst, &super::clone::times_of(st))?)
     });
     if copied.is_err() {
         let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());

@@ -310,6 +310,20 @@ impl UnionFs {
         now - f.st.st_mtime > limit && now - f.st.st_ctime > limit
     }
 
+    /// The guest's path of union path `rel`, under `mountpoint` (for the abs-*symlink modes).
+    pub(crate) fn pool_path(&self, rel: &[u8]) -> Vec<u8> {
+        let mut p = self
+            .cfg
+            .opts
+            .mountpoint
+            .trim_end_matches('/')
+            .as_bytes()
+            .to_vec();
+        p.push(b'/');
+        p.extend_from_slice(rel);
+        p
+    }
+
     /// The host path of `rel` on `branch` (what a symlinkified file points to).
     pub(crate) fn host_path(&self, branch: usize, rel: &CStr) -> Vec<u8> {
         let mut p = self.cfg.branches[branch]

@@ -112,18 +112,7 @@ fn exdev(
             t.extend_from_slice(old_rel.to_bytes());
             t
         }
-        LinkExdev::AbsPoolSymlink => {
-            let mut t = fs
-                .cfg
-                .opts
-                .mountpoint
-                .trim_end_matches('/')
-                .as_bytes()
-                .to_vec();
-            t.push(b'/');
-            t.extend_from_slice(old_rel.to_bytes());
-            t
-        }
+        LinkExdev::AbsPoolSymlink => fs.pool_path(old_rel.to_bytes()),
     };
     let target = CString::new(target).expect("no NUL");
     let mut e = crate::fs::ops::create::symlink(fs, ctx, &target, newparent, newname)?;

@@ -173,18 +173,7 @@ fn exdev(fs: &UnionFs, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> 
             let parked = parked(&n.old_rel);
             crate::fs::ops::link::relative(parked.to_bytes(), n.new_parent.to_bytes())
         }
-        RenameExdev::AbsSymlink => {
-            let mut t = fs
-                .cfg
-                .opts
-                .mountpoint
-                .trim_end_matches('/')
-                .as_bytes()
-                .to_vec();
-            t.extend_from_slice(format!("/{EXDEV_DIR}/").as_bytes());
-            t.extend_from_slice(n.old_rel.to_bytes());
-            t
-        }
+        RenameExdev::AbsSymlink => fs.pool_path(parked(&n.old_rel).to_bytes()),
     };
     let parked = park(fs, n)?;
     let target = CString::new(target).expect("no NUL");
