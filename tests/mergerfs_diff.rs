@@ -837,3 +837,101 @@ fn statfs_sums_every_branch() {
     assert!(avail.abs_diff(112 * MIB as u64) <= slack, "{a:?}");
     assert!(a[1].1.abs_diff(109 * MIB as u64) <= slack, "{a:?}");
 }
+
+/// The source only on branch 0, the destination directory only on branch 1 (a path-preserving
+/// policy cannot follow it there), so rename and link answer EXDEV, or fall back to symlinks.
+fn exdev_setup(s: &Setup) {
+    s.dir(0, "src", 0o755);
+    s.file(0, "src/f", "data");
+    s.file(0, "g", "gdata");
+    s.dir(1, "dst", 0o755);
+    s.dir(1, "dst/deep", 0o755);
+}
+
+fn exdev_run(t: &mut Trace, o: &dyn Ops) {
+    t.rec("rename src/f dst/deep/f", o.rename("src/f", "dst/deep/f"))
+        .ok();
+    t.rec("read dst/deep/f", o.read("dst/deep/f")).ok();
+    t.rec("read src/f", o.read("src/f")).ok();
+    t.rec("link g dst/h", o.link("g", "dst/h")).ok();
+    t.rec("read dst/h", o.read("dst/h")).ok();
+}
+
+fn exdev_case(name: &str, options: &str) {
+    assert_same(
+        name,
+        &Scenario {
+            branches: THREE_RW,
+            options,
+            setup: &exdev_setup,
+            run: &exdev_run,
+        },
+    );
+}
+
+/// rename-exdev and link-exdev off: both answer EXDEV and nothing moves.
+#[test]
+fn exdev_passthrough() {
+    exdev_case("exdev passthrough", "category.create=epmfs,minfreespace=1M");
+}
+
+/// rename-exdev=rel-symlink parks the source in .mergerfs_rename_exdev on its branch and
+/// leaves a relative symlink; link-exdev=rel-symlink links by a relative symlink.
+#[test]
+fn exdev_rel_symlink() {
+    exdev_case(
+        "exdev rel-symlink",
+        "category.create=epmfs,minfreespace=1M,rename-exdev=rel-symlink,link-exdev=rel-symlink",
+    );
+}
+
+const MOVE: &[BranchSpec] = &[br("8M", "RW", 0), br("32M", "RW", 0), br("16M", "RW", 0)];
+
+fn grow_setup(s: &Setup) {
+    s.dir(0, "d", 0o750);
+    s.file(0, "d/grow", "");
+}
+
+fn grow_run(t: &mut Trace, o: &dyn Ops) {
+    // 12 MiB into a file on the 8M branch, in 1 MiB writes.
+    let data: Vec<u8> = (0..12u32 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+    t.rec(
+        "write 12M to d/grow",
+        o.write_chunks("d/grow", &data, 1 << 20),
+    )
+    .ok();
+    let back = o
+        .read("d/grow")
+        .map(|s| (s.len(), s.as_bytes() == data.as_slice()));
+    t.rec("read back d/grow (len, intact)", back).ok();
+}
+
+/// Without moveonenospc the write fails with ENOSPC where the file is.
+#[test]
+fn moveonenospc_off() {
+    assert_same(
+        "moveonenospc=false",
+        &Scenario {
+            branches: MOVE,
+            options: "category.create=ff,minfreespace=0",
+            setup: &grow_setup,
+            run: &grow_run,
+        },
+    );
+}
+
+/// With moveonenospc=mfs the file moves to the branch with the most free space (the 32M one),
+/// its parent directory is cloned there with its mode, and the write completes.
+#[test]
+fn moveonenospc_mfs() {
+    let out = assert_same(
+        "moveonenospc=mfs",
+        &Scenario {
+            branches: MOVE,
+            options: "category.create=ff,minfreespace=0,moveonenospc=mfs",
+            setup: &grow_setup,
+            run: &grow_run,
+        },
+    );
+    assert_eq!(out.holders("d/grow"), [1]);
+}

@@ -96,6 +96,9 @@ pub trait Ops {
     fn rename(&self, from: &str, to: &str) -> R<()>;
     /// link(2).
     fn link(&self, from: &str, to: &str) -> R<()>;
+    /// Opens an existing file for writing and writes `data` from offset 0 in `chunk`-byte
+    /// writes (as a guest's page cache would send them).
+    fn write_chunks(&self, path: &str, data: &[u8], chunk: usize) -> R<()>;
     /// Reads a whole file (as text, lossily, so traces read well).
     fn read(&self, path: &str) -> R<String>;
     /// Directory names in the order readdir returns them, without `.` and `..`.
@@ -263,6 +266,15 @@ fn libc_result(ret: libc::c_int) -> R<()> {
 }
 
 impl Ops for HostOps<'_> {
+    fn write_chunks(&self, path: &str, data: &[u8], chunk: usize) -> R<()> {
+        let f = io(fs::OpenOptions::new().write(true).open(self.p(path)))?;
+        let mut off = 0u64;
+        for c in data.chunks(chunk) {
+            io(std::os::unix::fs::FileExt::write_all_at(&f, c, off))?;
+            off += c.len() as u64;
+        }
+        Ok(())
+    }
     fn create(&self, path: &str, data: &[u8]) -> R<()> {
         let mut f = io(fs::OpenOptions::new()
             .write(true)
@@ -377,7 +389,81 @@ impl UnionOps {
     }
 }
 
+impl UnionOps {
+    /// Resolves `path` as the guest kernel's path walk does through the share: symlinks met on
+    /// the way (as FUSE symlink nodes) are read and followed, relative ones from their
+    /// directory, up to 40 hops (then ELOOP).
+    fn follow(&self, path: &str) -> R<u64> {
+        let mut todo: std::collections::VecDeque<String> = path
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0;
+        while let Some(part) = todo.pop_front() {
+            match part.as_str() {
+                "." => continue,
+                ".." => {
+                    done.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let here = if done.is_empty() {
+                part.clone()
+            } else {
+                format!("{}/{part}", done.join("/"))
+            };
+            let e = io(walk(&self.0, &here))?;
+            if e.attr.st_mode & libc::S_IFMT != libc::S_IFLNK {
+                done.push(part);
+                continue;
+            }
+            hops += 1;
+            if hops > 40 {
+                return Err(libc::ELOOP);
+            }
+            let target = io(self.0.readlink(&ctx(), e.inode))?;
+            let target = String::from_utf8_lossy(&target).into_owned();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            for p in target.split('/').filter(|p| !p.is_empty()).rev() {
+                todo.push_front(p.to_owned());
+            }
+        }
+        self.ino(&done.join("/"))
+    }
+}
+
 impl Ops for UnionOps {
+    fn write_chunks(&self, path: &str, data: &[u8], chunk: usize) -> R<()> {
+        let ino = self.ino(path)?;
+        let (fh, _, _) = io(self.0.open(&ctx(), ino, libc::O_WRONLY as u32, 0))?;
+        let fh = fh.expect("open gives a handle");
+        let mut result = Ok(());
+        for (i, c) in data.chunks(chunk).enumerate() {
+            let r = &mut SliceReader(c.to_vec(), 0);
+            let off = (i * chunk) as u64;
+            let w = self
+                .0
+                .write(&ctx(), ino, fh, r, c.len() as u32, off, None, false, 0, 0);
+            match io(w) {
+                Ok(n) if n == c.len() => {}
+                Ok(_) => {
+                    result = Err(libc::EIO);
+                    break;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        io(self.0.release(&ctx(), ino, 0, fh, false, false, None))?;
+        result
+    }
     fn create(&self, path: &str, data: &[u8]) -> R<()> {
         let (parent, name) = self.parent(path)?;
         // The guest kernel looks the name up first; an existing one never reaches CREATE.
@@ -453,7 +539,7 @@ impl Ops for UnionOps {
         io(self.0.link(&ctx(), src, nd, &nn)).map(|_| ())
     }
     fn read(&self, path: &str) -> R<String> {
-        let ino = self.ino(path)?;
+        let ino = self.follow(path)?;
         io(read_file(&self.0, ino)).map(|v| String::from_utf8_lossy(&v).into_owned())
     }
     fn read_dir(&self, path: &str) -> R<Vec<String>> {
