@@ -92,6 +92,9 @@ pub struct Daemon<F: FileSystem + Send + Sync> {
     backend: Arc<FsBackend<F>>,
     listener: Listener,
     path: Option<PathBuf>,
+    /// SIGTERM/SIGINT, caught from before the socket exists: a VMM may signal as soon as it
+    /// sees the socket, and the default action would kill the daemon with no clean exit.
+    signals: Signals,
 }
 
 enum Stop {
@@ -105,6 +108,7 @@ where
 {
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
+        let signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
         let (listener, path) = match &cfg.listen {
             Listen::Path(p) => (
                 Listener::new(p, true).map_err(|source| Error::Listen {
@@ -126,6 +130,7 @@ where
             backend: Arc::new(backend),
             listener,
             path,
+            signals,
         })
     }
 
@@ -137,7 +142,7 @@ where
             VhostUserDaemon::new("union-virtiofsd".to_string(), self.backend.clone(), mem)
                 .map_err(Error::CreateDaemon)?;
         let handlers = daemon.get_epoll_handlers();
-        let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
+        let mut signals = self.signals;
         let signal_handle = signals.handle();
         let (tx, rx) = mpsc::channel();
         let sig_tx = tx.clone();
