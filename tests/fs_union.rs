@@ -542,3 +542,46 @@ fn statfs_sums_distinct_filesystems_once() {
     let st = fs.statfs(&ctx(), ROOT_ID).unwrap();
     assert_eq!(free_before - st.f_bavail * st.f_frsize, 8 << 20);
 }
+
+#[test]
+fn entries_are_created_as_the_guest_caller() {
+    use std::os::unix::fs::MetadataExt;
+    let f = fixture();
+    // tempfile makes the branch root 0700; the caller needs to be allowed to create in it.
+    fs::set_permissions(f.a.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let caller = fuse_backend_rs::api::filesystem::Context {
+        uid: 1234,
+        gid: 5678,
+        pid: 1,
+    };
+    let args = CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: 0o644,
+        umask: 0,
+        fuse_flags: 0,
+    };
+    let (e, fh, _, _) = f.fs.create(&caller, ROOT_ID, &c("mine"), args).unwrap();
+    f.fs.release(&caller, e.inode, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+    f.fs.mkdir(&caller, ROOT_ID, &c("mydir"), 0o755, 0).unwrap();
+    f.fs.symlink(&caller, &c("mine"), ROOT_ID, &c("mylink"))
+        .unwrap();
+    for name in ["mine", "mydir", "mylink"] {
+        let m = fs::symlink_metadata(f.a.path().join(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (1234, 5678), "{name}");
+    }
+    // The caller's identity also decides permissions: uid 1234 cannot create in a directory
+    // only root may write, even though the daemon runs as root.
+    fs::create_dir(f.a.path().join("rootonly")).unwrap();
+    fs::set_permissions(
+        f.a.path().join("rootonly"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let dir = walk(&f.fs, "rootonly").unwrap();
+    assert_eq!(
+        errno_of(f.fs.mkdir(&caller, dir.inode, &c("x"), 0o755, 0)),
+        libc::EACCES
+    );
+    f.fs.mkdir(&ctx(), dir.inode, &c("x"), 0o755, 0).unwrap();
+}
