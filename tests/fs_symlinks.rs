@@ -60,6 +60,7 @@ fn link_cow_breaks_hard_links_on_write_open() {
     let p = d.path();
     fs::write(p.join("orig"), "shared").unwrap();
     fs::hard_link(p.join("orig"), p.join("alias")).unwrap();
+    fs::write(p.join(".alias.link_cow"), "keep").unwrap();
     let fs = union_with(&[(p, "RW")], "link_cow=true");
     let a = walk(&fs, "alias").unwrap();
     // A read-only open leaves the link alone.
@@ -75,6 +76,15 @@ fn link_cow_breaks_hard_links_on_write_open() {
         .unwrap();
     assert_eq!(fs::read(p.join("orig")).unwrap(), b"shared");
     assert_eq!(fs::read(p.join("alias")).unwrap(), b"CHANGED");
+    // The copy went through a fresh temporary: a guest file that looks like one is untouched,
+    // and nothing is left behind.
+    assert_eq!(fs::read(p.join(".alias.link_cow")).unwrap(), b"keep");
+    let leftovers: Vec<_> = fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".uvfs."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     assert_eq!(fs::metadata(p.join("orig")).unwrap().nlink(), 1);
     // Without the option the write goes through both names.
     fs::hard_link(p.join("orig"), p.join("alias2")).unwrap();

@@ -3,7 +3,7 @@
 //! xattrs, and the open handle is switched to the new copy so the write can be retried. No
 //! byte already written is lost: the copy is complete before the original is unlinked.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -51,8 +51,7 @@ impl UnionFs {
         let src_path = self.open_on(from, &rel)?;
         let st = beneath::stat_fd(src_path.as_fd())?;
         let dir = self.dir_on(to, &parent)?;
-        let tmp = temp_name(&name, "moveonenospc");
-        copy_to_temp(&src_path, &st, &dir, &tmp)?;
+        let tmp = copy_to_temp(&src_path, &st, &dir, "moveonenospc")?;
         if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &name) {
             let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
             return Err(e.into());
@@ -72,26 +71,37 @@ impl UnionFs {
     }
 }
 
-/// A hidden temporary name next to `name`, for `purpose`.
-pub(crate) fn temp_name(name: &CStr, purpose: &str) -> CString {
-    CString::new(format!(".{}.{purpose}", name.to_string_lossy())).expect("no NUL")
+/// Creates a new hidden file in `dir` (never an existing one: `O_EXCL` with a random name that
+/// stays short whatever the original's length) and returns it with its name.
+fn create_temp(dir: &OwnedFd, purpose: &str, mode: u32) -> io::Result<(CString, OwnedFd)> {
+    for _ in 0..16 {
+        let name =
+            CString::new(format!(".uvfs.{purpose}.{:016x}", fastrand::u64(..))).expect("no NUL");
+        match beneath::open_beneath(
+            dir.as_fd(),
+            &name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode & 0o7777),
+        ) {
+            Ok(fd) => return Ok((name, fd)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(errno(libc::EEXIST))
 }
 
-/// Creates `tmp` in `dir` as a full copy of the file behind `src_path` (an `O_PATH` descriptor
-/// with attributes `st`): data, mode, owner, xattrs and times. Removes `tmp` on failure.
+/// Creates a temporary file in `dir` as a full copy of the file behind `src_path` (an `O_PATH`
+/// descriptor with attributes `st`): data, mode, owner, xattrs and times; returns its name, for
+/// the caller to rename into place. Removes it on failure.
 pub(crate) fn copy_to_temp(
     src_path: &OwnedFd,
     st: &libc::stat64,
     dir: &OwnedFd,
-    tmp: &CStr,
-) -> io::Result<()> {
+    purpose: &str,
+) -> io::Result<CString> {
     let src = beneath::reopen(src_path.as_fd(), OFlags::RDONLY)?;
-    let dst = beneath::open_beneath(
-        dir.as_fd(),
-        tmp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
-        Mode::from_raw_mode(st.st_mode & 0o7777),
-    )?;
+    let (tmp, dst) = create_temp(dir, purpose, st.st_mode)?;
     let copied = copy_all(&src, &dst).and_then(|()| {
         let owner = (
             Some(Uid::from_raw(st.st_uid)),
@@ -103,10 +113,11 @@ pub(crate) fn copy_to_temp(
         super::clone::copy_xattrs(src_path.as_fd(), dst.as_fd())?;
         Ok(rustix::fs::futimens(&dst, &super::clone::times_of(st))?)
     });
-    if copied.is_err() {
-        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    if let Err(e) = copied {
+        let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
+        return Err(e);
     }
-    copied
+    Ok(tmp)
 }
 
 /// Copies all of `src` to `dst` (std picks copy_file_range, sendfile or read/write, whichever

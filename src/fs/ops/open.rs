@@ -9,7 +9,7 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use rustix::fs::OFlags;
 
 use crate::fs::handle::{FileHandle, Handle};
-use crate::fs::movefile::{copy_to_temp, temp_name};
+use crate::fs::movefile::copy_to_temp;
 use crate::fs::options::{CacheFiles, Func};
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
@@ -95,8 +95,7 @@ pub fn open(
 fn break_link(fs: &UnionFs, f: &Found, rel: &CStr) -> io::Result<()> {
     let (parent, name) = split_parent(rel);
     let dir = fs.dir_on(f.branch, &parent)?;
-    let tmp = temp_name(&name, "link_cow");
-    copy_to_temp(&f.fd, &f.st, &dir, &tmp)?;
+    let tmp = copy_to_temp(&f.fd, &f.st, &dir, "link_cow")?;
     if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &name) {
         let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
         return Err(e.into());
