@@ -62,7 +62,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub shared_dir: Option<PathBuf>,
 
-    /// Worker threads serving requests (default: number of CPUs); 0 serves them on the queue
+    /// Worker threads for costly requests (large reads, namespace changes…; cheap ones are
+    /// served on the queue thread) (default: number of CPUs); 0 serves everything on the queue
     /// thread.
     #[arg(long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
