@@ -88,7 +88,9 @@ pub struct HostDirent {
 
 /// Lists a directory given an `O_PATH` descriptor to it, skipping `.` and `..`.
 pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<HostDirent>> {
-    let fd = reopen(dir, OFlags::RDONLY | OFlags::DIRECTORY)?;
+    // "." beneath an O_PATH directory descriptor is that directory: no procfs walk needed.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, c".", flags, Mode::empty())?;
     let mut out = Vec::new();
     for ent in rustix::fs::Dir::read_from(fd.as_fd())? {
         let ent = ent?;

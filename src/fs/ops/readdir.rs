@@ -46,39 +46,45 @@ fn child(rel: &CStr, name: &[u8]) -> CString {
 
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
 /// it, and its number is computed as getattr would (the search policy also takes the first).
-fn snapshot(fs: &UnionFs, rel: &CStr) -> io::Result<DirSnapshot> {
+fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
     let calc = fs.cfg.opts.inodecalc;
     let parent = if rel.to_bytes() == b"." {
         rel.to_owned()
     } else {
         split_parent(rel).0
     };
-    let ino_of = |r: &CStr| -> io::Result<u64> {
-        Ok(fs.union_ino(&fs.search(Func::Getattr, r)?.st, r.to_bytes()))
-    };
     let dt_dir = u32::from(libc::DT_DIR);
+    let dot = fs.search_node(Func::Getattr, inode, rel)?;
+    // A directory's number needs its host identity only under dev/ino-based modes.
+    let dotdot = match calc {
+        InodeCalc::Passthrough | InodeCalc::DevinoHash | InodeCalc::DevinoHash32 => {
+            fs.union_ino(&fs.search(Func::Getattr, &parent)?.st, parent.to_bytes())
+        }
+        _ => ino_for(calc, true, parent.to_bytes(), 0, 0),
+    };
     let mut entries = vec![
         MergedEntry {
             name: b".".to_vec(),
-            ino: ino_of(rel)?,
+            ino: fs.union_ino(&dot.st, rel.to_bytes()),
             dtype: dt_dir,
         },
         MergedEntry {
             name: b"..".to_vec(),
-            ino: ino_of(&parent)?,
+            ino: dotdot,
             dtype: dt_dir,
         },
     ];
     // Names need de-duplicating only against branches listed before; a directory on one
     // branch (the common case) needs no set at all.
     let dirs: Vec<_> = (0..fs.roots.len())
-        .filter_map(|b| fs.dir_on(b, rel).ok())
+        .filter_map(|b| fs.find_on(b, rel))
+        .filter(|f| f.st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         .collect();
     let mut seen = HashSet::new();
     for (i, dir) in dirs.iter().enumerate() {
         let (check, record) = (i > 0, i + 1 < dirs.len());
-        let dev = beneath::stat_fd(dir.as_fd())?.st_dev;
-        let listed = beneath::list_dir(dir.as_fd())?;
+        let dev = dir.st.st_dev;
+        let listed = beneath::list_dir(dir.fd.as_fd())?;
         entries.reserve(listed.len());
         for e in listed {
             if check && seen.contains(&e.name) {
@@ -124,7 +130,7 @@ fn listing(
     let rel = fs.inodes.path(inode)?;
     let mut snap = d.snapshot.lock().unwrap();
     if offset == 0 || snap.is_none() {
-        *snap = Some(Arc::new(snapshot(fs, &rel)?));
+        *snap = Some(Arc::new(snapshot(fs, inode, &rel)?));
     }
     Ok((rel, snap.clone().expect("just set")))
 }
