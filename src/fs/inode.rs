@@ -102,14 +102,10 @@ impl InodeTable {
 
     /// The path of the child `name` of `parent` (which need not be in the table).
     pub fn child_path(&self, parent: u64, name: &CStr) -> io::Result<CString> {
-        let p = self.path(parent)?;
-        if parent == ROOT_ID {
-            return Ok(name.to_owned());
-        }
-        let mut v = p.into_bytes();
-        v.push(b'/');
-        v.extend_from_slice(name.to_bytes());
-        Ok(CString::new(v).expect("names never contain NUL"))
+        Ok(super::resolve::join(
+            self.path(parent)?.as_bytes(),
+            name.to_bytes(),
+        ))
     }
 
     /// Records one more guest lookup of `parent/name` and returns its node id.

@@ -105,6 +105,17 @@ pub(crate) fn check_name(name: &CStr) -> io::Result<()> {
     Ok(())
 }
 
+/// The union path of `name` in directory `dir` (`.` is the root).
+pub(crate) fn join(dir: &[u8], name: &[u8]) -> CString {
+    let mut v = Vec::with_capacity(dir.len() + 1 + name.len());
+    if dir != b"." {
+        v.extend_from_slice(dir);
+        v.push(b'/');
+    }
+    v.extend_from_slice(name);
+    CString::new(v).expect("names never contain NUL")
+}
+
 /// Splits `a/b/c` into (`a/b`, `c`); a top-level name has parent `.`.
 pub(crate) fn split_parent(rel: &CStr) -> (CString, CString) {
     let b = rel.to_bytes();

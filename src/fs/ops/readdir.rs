@@ -14,7 +14,7 @@ use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 use crate::fs::handle::{DirHandle, Handle};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, MergedEntry};
-use crate::fs::resolve::{ino_for, split_parent};
+use crate::fs::resolve::{ino_for, join, split_parent};
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 
@@ -30,18 +30,6 @@ pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions
         snapshot: Default::default(),
     }));
     Ok((Some(fh), OpenOptions::empty()))
-}
-
-fn child(rel: &CStr, name: &[u8]) -> CString {
-    let mut v = if rel.to_bytes() == b"." {
-        Vec::new()
-    } else {
-        let mut v = rel.to_bytes().to_vec();
-        v.push(b'/');
-        v
-    };
-    v.extend_from_slice(name);
-    CString::new(v).expect("host names never contain NUL")
 }
 
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
@@ -98,7 +86,13 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
                 _ => false,
             };
             let ino = if by_path {
-                ino_for(calc, is_dir, child(rel, &e.name).as_bytes(), dev, e.ino)
+                ino_for(
+                    calc,
+                    is_dir,
+                    join(rel.to_bytes(), &e.name).as_bytes(),
+                    dev,
+                    e.ino,
+                )
             } else {
                 ino_for(calc, is_dir, b"", dev, e.ino)
             };
@@ -184,11 +178,9 @@ pub fn readdirplus(
             }
         } else {
             let name = CString::new(e.name.clone()).expect("no NUL");
-            match fs.search(Func::Getattr, &child(&rel, &e.name)) {
-                Ok(f) => {
-                    let rel = child(&rel, &e.name);
-                    fs.entry_for(inode, &name, &rel, &f)?
-                }
+            let path = join(rel.to_bytes(), &e.name);
+            match fs.search(Func::Getattr, &path) {
+                Ok(f) => fs.entry_for(inode, &name, &path, &f)?,
                 Err(_) => continue, // removed since the snapshot
             }
         };
