@@ -27,17 +27,14 @@ const OP_INIT: u32 = 26;
 const OP_DESTROY: u32 = 38;
 const OP_GETATTR: u32 = 3;
 
-/// xorshift64*: tiny, seedable, good enough to pick mutations.
-struct Rng(u64);
+/// A seeded generator (reproducible from the printed seed) with the picks the test needs.
+struct Rng(fastrand::Rng);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.u64(..)
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.usize(..n.max(1))
     }
     fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
         &v[self.below(v.len())]
@@ -365,7 +362,7 @@ fn settle(dev: &mut Device, held: &mut Held) {
 fn random_and_mutated_frames_do_not_crash_leak_or_escape() {
     let seed = seed();
     eprintln!("stress seed: {seed} (rerun with STRESS_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
     let frames = env("STRESS_FRAMES").unwrap_or(FRAMES);
     let mutating = env("STRESS_MUTATE") != Some(0);
