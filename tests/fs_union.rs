@@ -109,9 +109,10 @@ fn a_directory_on_both_branches_merges_and_keeps_one_inode() {
         read_file(&f.fs, walk(&f.fs, "both/y").unwrap().inode).unwrap(),
         b"by"
     );
-    // The merged directory's number does not depend on which branch answered.
-    fs::remove_dir_all(f.a.path().join("both")).unwrap();
-    assert_eq!(walk(&f.fs, "both").unwrap().attr.st_ino, both.attr.st_ino);
+    // Renaming the merged directory keeps its number (devino-based numbers by default).
+    f.fs.rename(&ctx(), ROOT_ID, &c("both"), ROOT_ID, &c("moved"), 0)
+        .unwrap();
+    assert_eq!(walk(&f.fs, "moved").unwrap().attr.st_ino, both.attr.st_ino);
 }
 
 #[test]
@@ -417,16 +418,41 @@ fn host_symlinks_are_never_followed() {
 }
 
 #[test]
-fn device_nodes_and_fifos_cannot_be_made_or_opened() {
+fn device_nodes_are_made_as_the_caller_and_never_opened() {
     let f = fixture();
+    // A privileged guest user makes device nodes, as virtiofsd allows (image builders need
+    // dev/ in the share); the daemon refuses to open them.
     let dev = libc::S_IFCHR | 0o666;
+    let null =
+        f.fs.mknod(&ctx(), ROOT_ID, &c("null"), dev, 0x0103, 0)
+            .unwrap();
+    let st = fs::symlink_metadata(f.a.path().join("null")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &st.file_type()
+    ));
+    assert_eq!(std::os::unix::fs::MetadataExt::rdev(&st), 0x0103);
     assert_eq!(
-        errno_of(f.fs.mknod(&ctx(), ROOT_ID, &c("null"), dev, 0x0103, 0)),
-        libc::EPERM
+        errno_of(f.fs.open(&ctx(), null.inode, libc::O_RDWR as u32, 0)),
+        libc::EACCES
     );
     let blk = libc::S_IFBLK | 0o666;
+    let sda =
+        f.fs.mknod(&ctx(), ROOT_ID, &c("sda"), blk, 0x0800, 0)
+            .unwrap();
     assert_eq!(
-        errno_of(f.fs.mknod(&ctx(), ROOT_ID, &c("sda"), blk, 0x0800, 0)),
+        errno_of(f.fs.open(&ctx(), sda.inode, libc::O_RDONLY as u32, 0)),
+        libc::EACCES
+    );
+    // An unprivileged guest user cannot (the daemon acts with the caller's credentials).
+    let user = fuse_backend_rs::api::filesystem::Context {
+        uid: 1000,
+        gid: 1000,
+        pid: 1,
+    };
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(f.a.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        errno_of(f.fs.mknod(&user, ROOT_ID, &c("null2"), dev, 0x0103, 0)),
         libc::EPERM
     );
     // A FIFO can be made, but opening it would block a worker: refused without blocking.

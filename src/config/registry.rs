@@ -130,7 +130,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         };
         Ok(())
     } },
-    OptionSpec { name: "inodecalc", help: "passthrough|path-hash|path-hash32|devino-hash|devino-hash32|hybrid-hash|hybrid-hash32 (default hybrid-hash)", set: choice!(inodecalc, "passthrough, path-hash[32], devino-hash[32] or hybrid-hash[32]", {
+    OptionSpec { name: "inodecalc", help: "passthrough|path-hash|path-hash32|devino-hash|devino-hash32|hybrid-hash|hybrid-hash32 (default devino-hash: stable across renames, shared by hard links)", set: choice!(inodecalc, "passthrough, path-hash[32], devino-hash[32] or hybrid-hash[32]", {
         "passthrough" => InodeCalc::Passthrough,
         "path-hash" => InodeCalc::PathHash,
         "path-hash32" => InodeCalc::PathHash32,

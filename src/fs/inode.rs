@@ -1,10 +1,14 @@
-//! The inode table: FUSE node ids for union paths, with the kernel's lookup counts.
+//! The node table: FUSE node ids for host objects, the names the guest knows them by, and the
+//! kernel's lookup counts.
 //!
-//! The union is path-based (as mergerfs is): a node is a (parent, name) pair, and its host
-//! location is found per request by resolving its path beneath each branch root. Renames move a
-//! node by changing its parent and name; an unlinked node is detached but kept until the guest
-//! forgets it. A node is freed when its lookup count reaches zero and no child node points to it,
-//! so memory follows what the guest holds.
+//! A node is one host object, identified by the device and inode number of the copy its lookup
+//! found: hard links to a file share one node, and a node keeps the `O_PATH` descriptor of its
+//! object, so it stays usable after its last name is gone (an open-unlinked file) until the
+//! guest forgets it. Union operations that need a path on other branches use the node's names,
+//! kept as a tree of (parent, name) entries that rename and unlink update. A rename can never
+//! make a directory its own ancestor, so every path walk ends at the root. A node is freed when
+//! its lookup count reaches zero and no entry names it as parent, so memory follows what the
+//! guest holds. This module does no I/O.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -15,36 +19,133 @@ use std::sync::{Arc, RwLock};
 /// The FUSE root node id.
 pub const ROOT_ID: u64 = 1;
 
+/// A host object's identity: (`st_dev`, `st_ino`).
+pub type Key = (u64, u64);
+
+/// What a lookup found for a name: the object's identity and the descriptor to bind.
+pub struct Bind {
+    /// The branch the object is on.
+    pub branch: usize,
+    /// Its `O_PATH` descriptor.
+    pub fd: Arc<OwnedFd>,
+    /// Its identity.
+    pub key: Key,
+    /// Whether it is a directory (a directory has at most one name).
+    pub is_dir: bool,
+}
+
+type Entry = (u64, CString);
+
 struct Node {
-    parent: u64,
-    name: CString,
+    /// The names the guest reached this node by; the first is the path union operations use.
+    names: Vec<Entry>,
     lookups: u64,
+    /// Number of entries whose parent is this node.
     children: u64,
-    linked: bool,
+    key: Option<Key>,
+    is_dir: bool,
     /// (mtime, mtime_nsec, size) at the last open, for `cache.files=auto-full`.
     stamp: Option<(i64, i64, i64)>,
-    /// The branch and `O_PATH` descriptor the node's last lookup found.
+    /// The branch and `O_PATH` descriptor of the node's object.
     bound: Option<(usize, Arc<OwnedFd>)>,
 }
 
 struct Inner {
     nodes: HashMap<u64, Node>,
-    names: HashMap<(u64, CString), u64>,
+    names: HashMap<Entry, u64>,
+    by_key: HashMap<Key, u64>,
     next_id: u64,
 }
 
-/// Maps FUSE node ids to union paths.
+/// Maps FUSE node ids to host objects and union paths.
 pub struct InodeTable {
     inner: RwLock<Inner>,
 }
 
-fn ebadf() -> io::Error {
-    io::Error::from_raw_os_error(libc::EBADF)
+fn err(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl Inner {
+    /// Whether `anc` is `id` or one of its ancestors (by first names). Bounded: a malformed
+    /// tree answers true, which callers treat as "refuse".
+    fn is_ancestor_or_self(&self, anc: u64, mut id: u64) -> bool {
+        for _ in 0..=self.nodes.len() {
+            if id == anc {
+                return true;
+            }
+            if id == ROOT_ID {
+                return false;
+            }
+            match self.nodes.get(&id).and_then(|n| n.names.first()) {
+                Some((p, _)) => id = *p,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Adds `entry` as a name of `id`.
+    fn add_name(&mut self, entry: Entry, id: u64) {
+        if let Some(p) = self.nodes.get_mut(&entry.0) {
+            p.children += 1;
+        }
+        self.nodes
+            .get_mut(&id)
+            .expect("caller checked")
+            .names
+            .push(entry.clone());
+        self.names.insert(entry, id);
+    }
+
+    /// Removes name `entry` (if it names anything) and frees what became unused.
+    fn drop_name(&mut self, entry: &Entry) {
+        let Some(id) = self.names.remove(entry) else {
+            return;
+        };
+        if let Some(n) = self.nodes.get_mut(&id) {
+            n.names.retain(|e| e != entry);
+        }
+        if let Some(p) = self.nodes.get_mut(&entry.0) {
+            p.children -= 1;
+        }
+        self.reap(id);
+        self.reap(entry.0);
+    }
+
+    /// Frees `id` if unused, then any parent that became unused.
+    fn reap(&mut self, id: u64) {
+        let mut work = vec![id];
+        while let Some(id) = work.pop() {
+            if id == ROOT_ID {
+                continue;
+            }
+            let Some(n) = self.nodes.get(&id) else {
+                continue;
+            };
+            if n.lookups > 0 || n.children > 0 {
+                continue;
+            }
+            let n = self.nodes.remove(&id).expect("present");
+            if let Some(k) = n.key {
+                if self.by_key.get(&k) == Some(&id) {
+                    self.by_key.remove(&k);
+                }
+            }
+            for e in n.names {
+                self.names.remove(&e);
+                if let Some(p) = self.nodes.get_mut(&e.0) {
+                    p.children -= 1;
+                    work.push(e.0);
+                }
+            }
+        }
     }
 }
 
@@ -55,11 +156,11 @@ impl InodeTable {
         nodes.insert(
             ROOT_ID,
             Node {
-                parent: ROOT_ID,
-                name: CString::default(),
+                names: Vec::new(),
                 lookups: 1,
                 children: 0,
-                linked: true,
+                key: None,
+                is_dir: true,
                 stamp: None,
                 bound: None,
             },
@@ -68,24 +169,26 @@ impl InodeTable {
             inner: RwLock::new(Inner {
                 nodes,
                 names: HashMap::new(),
+                by_key: HashMap::new(),
                 next_id: ROOT_ID + 1,
             }),
         }
     }
 
     /// The union-relative path of `id` (`.` for the root), or EBADF for an unknown id and
-    /// ENOENT for a node that has been unlinked or renamed over.
+    /// ENOENT for a node (or an ancestor) that no longer has a name.
     pub fn path(&self, id: u64) -> io::Result<CString> {
         let inner = self.inner.read().unwrap();
         let mut parts: Vec<&CStr> = Vec::new();
         let mut cur = id;
         while cur != ROOT_ID {
-            let n = inner.nodes.get(&cur).ok_or_else(ebadf)?;
-            if !n.linked {
-                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            let n = inner.nodes.get(&cur).ok_or_else(|| err(libc::EBADF))?;
+            let (parent, name) = n.names.first().ok_or_else(|| err(libc::ENOENT))?;
+            parts.push(name);
+            cur = *parent;
+            if parts.len() > inner.nodes.len() {
+                return Err(err(libc::ELOOP));
             }
-            parts.push(&n.name);
-            cur = n.parent;
         }
         if parts.is_empty() {
             return Ok(c".".to_owned());
@@ -108,37 +211,68 @@ impl InodeTable {
         ))
     }
 
-    /// Records one more guest lookup of `parent/name` and returns its node id.
-    pub fn lookup(&self, parent: u64, name: &CStr) -> io::Result<u64> {
+    /// Whether `id` is a known node that still has a name (the root always has).
+    pub fn linked(&self, id: u64) -> bool {
+        let inner = self.inner.read().unwrap();
+        id == ROOT_ID || inner.nodes.get(&id).is_some_and(|n| !n.names.is_empty())
+    }
+
+    /// Records one more guest lookup of `parent/name`, found as `found`, and returns its node:
+    /// the node already bound to that object when there is one (a hard link, or the same
+    /// name again), else a new node. A name that pointed at another object is moved off it.
+    pub fn lookup(&self, parent: u64, name: &CStr, found: Bind) -> io::Result<u64> {
         let mut inner = self.inner.write().unwrap();
         if !inner.nodes.contains_key(&parent) {
-            return Err(ebadf());
+            return Err(err(libc::EBADF));
         }
-        let key = (parent, name.to_owned());
-        if let Some(&id) = inner.names.get(&key) {
-            inner
-                .nodes
-                .get_mut(&id)
-                .expect("names point at nodes")
-                .lookups += 1;
-            return Ok(id);
+        let entry = (parent, name.to_owned());
+        if let Some(&id) = inner.names.get(&entry) {
+            let n = inner.nodes.get_mut(&id).expect("names point at nodes");
+            if n.key == Some(found.key) {
+                n.lookups += 1;
+                if n.bound.is_none() {
+                    n.bound = Some((found.branch, found.fd));
+                }
+                return Ok(id);
+            }
+            // Another object has this name now (it was replaced on the host).
+            inner.drop_name(&entry);
+        }
+        if let Some(&id) = inner.by_key.get(&found.key) {
+            let is_dir = inner.nodes[&id].is_dir;
+            // A directory found inside itself (a followed symlink) must not become its own
+            // ancestor: it gets a node of its own below.
+            if !(is_dir && inner.is_ancestor_or_self(id, parent)) {
+                if is_dir {
+                    // A directory has one name: this one (it was moved on the host).
+                    let old: Vec<Entry> = inner.nodes[&id].names.clone();
+                    inner.nodes.get_mut(&id).expect("present").lookups += 1;
+                    for e in &old {
+                        inner.drop_name(e);
+                    }
+                } else {
+                    inner.nodes.get_mut(&id).expect("present").lookups += 1;
+                }
+                inner.add_name(entry, id);
+                return Ok(id);
+            }
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        inner.nodes.get_mut(&parent).expect("checked").children += 1;
         inner.nodes.insert(
             id,
             Node {
-                parent,
-                name: key.1.clone(),
+                names: Vec::new(),
                 lookups: 1,
                 children: 0,
-                linked: true,
+                key: Some(found.key),
+                is_dir: found.is_dir,
                 stamp: None,
-                bound: None,
+                bound: Some((found.branch, found.fd)),
             },
         );
-        inner.names.insert(key, id);
+        inner.by_key.entry(found.key).or_insert(id);
+        inner.add_name(entry, id);
         Ok(id)
     }
 
@@ -151,81 +285,68 @@ impl InodeTable {
         let mut inner = self.inner.write().unwrap();
         if let Some(n) = inner.nodes.get_mut(&id) {
             n.lookups = n.lookups.saturating_sub(count);
-            Self::reap(&mut inner, id);
+            inner.reap(id);
         }
     }
 
-    fn reap(inner: &mut Inner, mut id: u64) {
-        while id != ROOT_ID {
-            let Some(n) = inner.nodes.get(&id) else {
-                return;
-            };
-            if n.lookups > 0 || n.children > 0 {
-                return;
-            }
-            let n = inner.nodes.remove(&id).expect("present");
-            if n.linked {
-                inner.names.remove(&(n.parent, n.name));
-            }
-            match inner.nodes.get_mut(&n.parent) {
-                Some(p) => p.children -= 1,
-                None => return,
-            }
-            id = n.parent;
-        }
-    }
-
-    /// Detaches `parent/name` after an unlink or rmdir: the node lives on until forgotten, but
-    /// no longer has a path.
+    /// Removes the name `parent/name` after an unlink or rmdir. The node keeps its other names
+    /// and its descriptor, and lives on until forgotten.
     pub fn unlink(&self, parent: u64, name: &CStr) {
         let mut inner = self.inner.write().unwrap();
-        if let Some(id) = inner.names.remove(&(parent, name.to_owned())) {
-            inner
-                .nodes
-                .get_mut(&id)
-                .expect("names point at nodes")
-                .linked = false;
+        inner.drop_name(&(parent, name.to_owned()));
+    }
+
+    /// EINVAL if moving `oldp/oldn` into directory `newp` would make a directory its own
+    /// ancestor (checked before the host rename, whose own check cannot see union paths).
+    pub fn check_move(&self, oldp: u64, oldn: &CStr, newp: u64) -> io::Result<()> {
+        let inner = self.inner.read().unwrap();
+        match inner.names.get(&(oldp, oldn.to_owned())) {
+            Some(&id) if inner.is_ancestor_or_self(id, newp) => Err(err(libc::EINVAL)),
+            _ => Ok(()),
         }
     }
 
-    /// Moves `oldp/oldn` to `newp/newn` after a rename, detaching whatever was at the target.
+    /// Moves the name `oldp/oldn` to `newp/newn` after a rename; the name that was at the
+    /// target goes (unless both named the same object, when rename(2) changes nothing).
     pub fn rename(&self, oldp: u64, oldn: &CStr, newp: u64, newn: &CStr) {
-        self.unlink(newp, newn);
         let mut inner = self.inner.write().unwrap();
-        let Some(id) = inner.names.remove(&(oldp, oldn.to_owned())) else {
+        let old = (oldp, oldn.to_owned());
+        let new = (newp, newn.to_owned());
+        let src = inner.names.get(&old).copied();
+        if src.is_some() && src == inner.names.get(&new).copied() {
             return;
-        };
-        Self::relink(&mut inner, id, newp, newn);
+        }
+        inner.drop_name(&new);
+        if let Some(id) = src {
+            inner.move_name(&old, new, id);
+        }
     }
 
-    /// Swaps `ap/an` and `bp/bn` after a RENAME_EXCHANGE.
+    /// Swaps the names `ap/an` and `bp/bn` after a RENAME_EXCHANGE.
     pub fn exchange(&self, ap: u64, an: &CStr, bp: u64, bn: &CStr) {
         let mut inner = self.inner.write().unwrap();
-        let a = inner.names.remove(&(ap, an.to_owned()));
-        let b = inner.names.remove(&(bp, bn.to_owned()));
-        if let Some(a) = a {
-            Self::relink(&mut inner, a, bp, bn);
-        }
-        if let Some(b) = b {
-            Self::relink(&mut inner, b, ap, an);
-        }
-    }
-
-    fn relink(inner: &mut Inner, id: u64, newp: u64, newn: &CStr) {
-        let oldp = inner.nodes[&id].parent;
-        if oldp != newp {
-            if let Some(p) = inner.nodes.get_mut(&oldp) {
-                p.children -= 1;
+        let ea = (ap, an.to_owned());
+        let eb = (bp, bn.to_owned());
+        let a = inner.names.get(&ea).copied();
+        let b = inner.names.get(&eb).copied();
+        match (a, b) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => {
+                // Each parent keeps one entry: only the names swap.
+                inner.names.insert(ea.clone(), b);
+                inner.names.insert(eb.clone(), a);
+                let swap = |n: &mut Node, from: &Entry, to: &Entry| {
+                    if let Some(slot) = n.names.iter_mut().find(|e| *e == from) {
+                        *slot = to.clone();
+                    }
+                };
+                swap(inner.nodes.get_mut(&a).expect("named"), &ea, &eb);
+                swap(inner.nodes.get_mut(&b).expect("named"), &eb, &ea);
             }
-            if let Some(p) = inner.nodes.get_mut(&newp) {
-                p.children += 1;
-            }
+            (Some(a), None) => inner.move_name(&ea, eb, a),
+            (None, Some(b)) => inner.move_name(&eb, ea, b),
+            (None, None) => {}
         }
-        let n = inner.nodes.get_mut(&id).expect("present");
-        n.parent = newp;
-        n.name = newn.to_owned();
-        inner.names.insert((newp, newn.to_owned()), id);
-        Self::reap(inner, oldp);
     }
 
     /// The branch and descriptor `id` is bound to, if any.
@@ -234,14 +355,27 @@ impl InodeTable {
         inner.nodes.get(&id).and_then(|n| n.bound.clone())
     }
 
-    /// Binds `id` to what a lookup found (no-op for unknown ids).
-    pub fn bind(&self, id: u64, branch: usize, fd: Arc<OwnedFd>) {
-        if let Some(n) = self.inner.write().unwrap().nodes.get_mut(&id) {
-            n.bound = Some((branch, fd));
+    /// Binds `id` to a (possibly new) host object (no-op for unknown ids).
+    pub fn bind(&self, id: u64, branch: usize, fd: Arc<OwnedFd>, key: Key) {
+        let mut inner = self.inner.write().unwrap();
+        let Some(n) = inner.nodes.get_mut(&id) else {
+            return;
+        };
+        n.bound = Some((branch, fd));
+        let old = n.key.replace(key);
+        if old != Some(key) {
+            if let Some(k) = old {
+                if inner.by_key.get(&k) == Some(&id) {
+                    inner.by_key.remove(&k);
+                }
+            }
+            if id != ROOT_ID {
+                inner.by_key.insert(key, id);
+            }
         }
     }
 
-    /// Forgets what `id` is bound to, after its file was replaced on the host.
+    /// Forgets what `id` is bound to, after its file was replaced on the host by this daemon.
     pub fn unbind(&self, id: u64) {
         if let Some(n) = self.inner.write().unwrap().nodes.get_mut(&id) {
             n.bound = None;
@@ -263,16 +397,47 @@ impl InodeTable {
     }
 }
 
+impl Inner {
+    /// Renames entry `from` of node `id` to `to`, keeping its rank among the node's names.
+    fn move_name(&mut self, from: &Entry, to: Entry, id: u64) {
+        self.names.remove(from);
+        if let Some(p) = self.nodes.get_mut(&from.0) {
+            p.children -= 1;
+        }
+        if let Some(p) = self.nodes.get_mut(&to.0) {
+            p.children += 1;
+        }
+        if let Some(n) = self.nodes.get_mut(&id) {
+            if let Some(slot) = n.names.iter_mut().find(|e| *e == from) {
+                *slot = to.clone();
+            }
+        }
+        self.names.insert(to, id);
+        self.reap(from.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn bind(key: u64, is_dir: bool) -> Bind {
+        let fd =
+            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap();
+        Bind {
+            branch: 0,
+            fd: Arc::new(fd),
+            key: (1, key),
+            is_dir,
+        }
+    }
+
     #[test]
     fn paths_lookups_and_forget() {
         let t = InodeTable::new();
-        let d = t.lookup(ROOT_ID, c"d").unwrap();
-        let f = t.lookup(d, c"f").unwrap();
-        assert_eq!(t.lookup(d, c"f").unwrap(), f);
+        let d = t.lookup(ROOT_ID, c"d", bind(10, true)).unwrap();
+        let f = t.lookup(d, c"f", bind(11, false)).unwrap();
+        assert_eq!(t.lookup(d, c"f", bind(11, false)).unwrap(), f);
         assert_eq!(t.path(f).unwrap().as_bytes(), b"d/f");
         assert_eq!(t.path(ROOT_ID).unwrap().as_bytes(), b".");
         // The parent stays while its child is referenced, even with no lookups of its own.
@@ -284,21 +449,52 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.path(f).unwrap_err().raw_os_error(), Some(libc::EBADF));
         assert_eq!(
-            t.lookup(999, c"x").unwrap_err().raw_os_error(),
+            t.lookup(999, c"x", bind(12, false))
+                .unwrap_err()
+                .raw_os_error(),
             Some(libc::EBADF)
         );
     }
 
     #[test]
+    fn hard_links_share_a_node_and_survive_unlink() {
+        let t = InodeTable::new();
+        let a = t.lookup(ROOT_ID, c"a", bind(20, false)).unwrap();
+        let b = t.lookup(ROOT_ID, c"b", bind(20, false)).unwrap();
+        assert_eq!(a, b);
+        t.unlink(ROOT_ID, c"a");
+        assert_eq!(t.path(a).unwrap().as_bytes(), b"b");
+        t.unlink(ROOT_ID, c"b");
+        assert!(!t.linked(a));
+        assert_eq!(t.path(a).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        assert!(
+            t.bound(a).is_some(),
+            "an unlinked node keeps its descriptor"
+        );
+        t.forget(a, 2);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn replaced_name_gets_a_new_node() {
+        let t = InodeTable::new();
+        let a = t.lookup(ROOT_ID, c"a", bind(30, false)).unwrap();
+        let a2 = t.lookup(ROOT_ID, c"a", bind(31, false)).unwrap();
+        assert_ne!(a, a2);
+        assert!(!t.linked(a));
+        assert_eq!(t.path(a2).unwrap().as_bytes(), b"a");
+    }
+
+    #[test]
     fn rename_unlink_exchange() {
         let t = InodeTable::new();
-        let a = t.lookup(ROOT_ID, c"a").unwrap();
-        let d = t.lookup(ROOT_ID, c"d").unwrap();
-        let b = t.lookup(d, c"b").unwrap();
+        let a = t.lookup(ROOT_ID, c"a", bind(1, false)).unwrap();
+        let d = t.lookup(ROOT_ID, c"d", bind(2, true)).unwrap();
+        let b = t.lookup(d, c"b", bind(3, false)).unwrap();
         t.rename(ROOT_ID, c"a", d, c"b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(b).unwrap_err().raw_os_error(), Some(libc::ENOENT));
-        let c = t.lookup(ROOT_ID, c"c").unwrap();
+        let c = t.lookup(ROOT_ID, c"c", bind(4, false)).unwrap();
         t.exchange(ROOT_ID, c"c", d, c"b");
         assert_eq!(t.path(c).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"c");
@@ -308,5 +504,36 @@ mod tests {
             t.forget(id, 1);
         }
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn rename_of_a_parent_moves_children_and_never_makes_a_cycle() {
+        let t = InodeTable::new();
+        let d = t.lookup(ROOT_ID, c"d", bind(1, true)).unwrap();
+        let e = t.lookup(d, c"e", bind(2, true)).unwrap();
+        let f = t.lookup(e, c"f", bind(3, false)).unwrap();
+        t.rename(ROOT_ID, c"d", ROOT_ID, c"x");
+        assert_eq!(t.path(f).unwrap().as_bytes(), b"x/e/f");
+        assert_eq!(
+            t.check_move(ROOT_ID, c"x", e).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(
+            t.check_move(ROOT_ID, c"x", d).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        assert!(t.check_move(d, c"e", ROOT_ID).is_ok());
+        // The same directory found inside itself (a followed symlink) is a separate node.
+        let inner = t.lookup(e, c"loop", bind(1, true)).unwrap();
+        assert_ne!(inner, d);
+        assert_eq!(t.path(d).unwrap().as_bytes(), b"x");
+        // Renaming a hard link onto another name of the same file changes nothing.
+        let h1 = t.lookup(ROOT_ID, c"h1", bind(9, false)).unwrap();
+        let h2 = t.lookup(ROOT_ID, c"h2", bind(9, false)).unwrap();
+        assert_eq!(h1, h2);
+        t.rename(ROOT_ID, c"h1", ROOT_ID, c"h2");
+        assert!(t.linked(h1));
+        t.unlink(ROOT_ID, c"h1");
+        assert_eq!(t.path(h1).unwrap().as_bytes(), b"h2");
     }
 }

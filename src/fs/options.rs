@@ -160,11 +160,13 @@ pub enum InodeCalc {
     PathHash,
     /// `PathHash` folded to 32 bits.
     PathHash32,
-    /// A hash of the host device and inode.
+    /// A hash of the host device and inode (the default: stable across renames, shared by
+    /// hard links; a merged directory takes the number of the copy lookups find).
     DevinoHash,
     /// `DevinoHash` folded to 32 bits.
     DevinoHash32,
-    /// Directories by path, everything else by device and inode (the default).
+    /// Directories by path, everything else by device and inode (mergerfs's default; a
+    /// directory's number changes when it is renamed).
     HybridHash,
     /// `HybridHash` folded to 32 bits.
     HybridHash32,
@@ -309,7 +311,7 @@ impl Default for UnionOptions {
             policies: Policies::mergerfs_defaults(),
             minfreespace: DEFAULT_MINFREESPACE,
             moveonenospc: None,
-            inodecalc: InodeCalc::HybridHash,
+            inodecalc: InodeCalc::DevinoHash,
             statfs: StatfsMode::Base,
             statfs_ignore: StatfsIgnore::None,
             xattr: XattrMode::Passthrough,

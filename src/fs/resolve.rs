@@ -13,6 +13,7 @@ use std::sync::Arc;
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
+use super::inode::Bind;
 use super::{errno, UnionFs};
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
@@ -175,27 +176,59 @@ impl UnionFs {
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
 
-    /// The entry of node `inode` (at `rel`) as `func`'s search policy finds it. When that policy
-    /// is the one lookups use, the descriptor the node's last lookup found is reused after an
-    /// `fstat` shows it still linked (one syscall instead of a path walk per branch); otherwise,
-    /// or if the file is gone, the policy runs again and the node is re-bound.
-    pub(crate) fn search_node(&self, func: Func, inode: u64, rel: &CStr) -> io::Result<Found> {
+    /// The host object of node `inode` as `func` sees it. A node is bound to the object its
+    /// lookup found, and acts through that object's descriptor (one `fstat`, no path walk), so
+    /// it keeps working after a rename or after its last name is gone. Only when `func` has a
+    /// search policy of its own (not the getattr policy) and the node still has a name is the
+    /// policy run on the node's path; an unbound node (the root) is found by its path too.
+    pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
         let policies = &self.cfg.opts.policies;
-        let reusable = policies.get(func) == policies.get(Func::Getattr);
-        if reusable {
-            if let Some((branch, fd)) = self.inodes.bound(inode) {
-                if let Ok(st) = beneath::stat_fd(fd.as_fd()) {
-                    if st.st_nlink > 0 {
-                        return Ok(Found { branch, fd, st });
-                    }
-                }
+        let own_policy = policies.get(func) != policies.get(Func::Getattr);
+        if let Some((branch, fd)) = self.inodes.bound(inode) {
+            if !own_policy || !self.inodes.linked(inode) {
+                let st = beneath::stat_fd(fd.as_fd())?;
+                return Ok(Found { branch, fd, st });
             }
         }
-        let f = self.search(func, rel)?;
-        if reusable {
-            self.inodes.bind(inode, f.branch, f.fd.clone());
+        let rel = self.inodes.path(inode)?;
+        let f = self.search(func, &rel)?;
+        if !own_policy {
+            self.inodes
+                .bind(inode, f.branch, f.fd.clone(), (f.st.st_dev, f.st.st_ino));
         }
         Ok(f)
+    }
+
+    /// The node's union path, or an empty path for a node without a name (an open file that
+    /// was unlinked): only path-based inode numbers and symlinkify read it.
+    pub(crate) fn node_rel(&self, inode: u64) -> CString {
+        self.inodes.path(inode).unwrap_or_default()
+    }
+
+    /// The latest mtime and ctime of directory `rel` over every branch holding it, so that a
+    /// merged directory's times reflect a change made in it on any branch (POSIX: creating or
+    /// removing an entry updates the parent's times).
+    pub(crate) fn merge_dir_times(&self, st: &mut stat64, rel: &CStr, skip: usize) {
+        if self.roots.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return;
+        }
+        for b in (0..self.roots.len()).filter(|&b| b != skip) {
+            let Ok(fd) = self.open_on(b, rel) else {
+                continue;
+            };
+            let Ok(o) = beneath::stat_fd(fd.as_fd()) else {
+                continue;
+            };
+            if o.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                continue;
+            }
+            if (o.st_mtime, o.st_mtime_nsec) > (st.st_mtime, st.st_mtime_nsec) {
+                (st.st_mtime, st.st_mtime_nsec) = (o.st_mtime, o.st_mtime_nsec);
+            }
+            if (o.st_ctime, o.st_ctime_nsec) > (st.st_ctime, st.st_ctime_nsec) {
+                (st.st_ctime, st.st_ctime_nsec) = (o.st_ctime, o.st_ctime_nsec);
+            }
+        }
     }
 
     /// The entry at `rel` as `func`'s (search) policy finds it.
@@ -364,8 +397,8 @@ impl UnionFs {
         st
     }
 
-    /// [`UnionFs::make_entry`] for an entry found as `f` (by the getattr policy), binding the
-    /// node to it so later requests on the node skip the path walk.
+    /// Records a guest lookup of `parent/name` found as `f` (at union path `rel`) and builds
+    /// the FUSE entry: the node of `f`'s host object (shared by its hard links), bound to it.
     pub(crate) fn entry_for(
         &self,
         parent: u64,
@@ -373,20 +406,17 @@ impl UnionFs {
         rel: &CStr,
         f: &Found,
     ) -> io::Result<Entry> {
-        let e = self.make_entry(parent, name, rel, self.shown(f, rel))?;
-        self.inodes.bind(e.inode, f.branch, f.fd.clone());
-        Ok(e)
-    }
-
-    /// Records a guest lookup of `parent/name` found as `found` and builds the FUSE entry.
-    pub(crate) fn make_entry(
-        &self,
-        parent: u64,
-        name: &CStr,
-        rel: &CStr,
-        st: stat64,
-    ) -> io::Result<Entry> {
-        let inode = self.inodes.lookup(parent, name)?;
+        let st = self.shown(f, rel);
+        let inode = self.inodes.lookup(
+            parent,
+            name,
+            Bind {
+                branch: f.branch,
+                fd: f.fd.clone(),
+                key: (f.st.st_dev, f.st.st_ino),
+                is_dir: f.st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+            },
+        )?;
         Ok(Entry {
             inode,
             generation: 0,

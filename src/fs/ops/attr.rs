@@ -29,9 +29,10 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
             return Ok((fs.union_attr(st, b""), fs.cfg.opts.cache_attr));
         }
     }
-    let rel = fs.inodes.path(inode)?;
-    let f = fs.search_node(Func::Getattr, inode, &rel)?;
-    let st = fs.shown(&f, &rel);
+    let f = fs.search_node(Func::Getattr, inode)?;
+    let rel = fs.node_rel(inode);
+    let mut st = fs.shown(&f, &rel);
+    fs.merge_dir_times(&mut st, &rel, f.branch);
     Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
 }
 
@@ -53,7 +54,9 @@ pub fn setattr(
             return getattr(fs, inode, handle);
         }
     }
-    let rel = fs.inodes.path(inode)?;
+    // A node without a name (an open file that was unlinked) is changed through its own
+    // descriptor; otherwise each change goes to the copies its policy selects.
+    let rel = fs.inodes.path(inode);
     let times = SetattrValid::ATIME
         | SetattrValid::MTIME
         | SetattrValid::ATIME_NOW
@@ -69,9 +72,13 @@ pub fn setattr(
             continue;
         }
         let mut fold = ErrnoFold::new();
-        for f in fs.action(func, &rel)? {
+        let (copies, rel) = match &rel {
+            Ok(rel) => (fs.action(func, rel)?, rel.as_c_str()),
+            Err(_) => (vec![fs.search_node(Func::Getattr, inode)?], c""),
+        };
+        for f in copies {
             let _creds = creds::switch_to(ctx.uid, ctx.gid);
-            fold.add(&apply(fs, &f, &rel, &attr, valid & mask));
+            fold.add(&apply(fs, &f, rel, &attr, valid & mask));
         }
         fold.result_all()?;
     }
@@ -176,8 +183,8 @@ fn apply(
 
 /// The target of symlink `inode`.
 pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
-    let rel = fs.inodes.path(inode)?;
-    let f = fs.search_node(Func::Readlink, inode, &rel)?;
+    let f = fs.search_node(Func::Readlink, inode)?;
+    let rel = fs.node_rel(inode);
     if fs.symlinkified(&f) {
         return Ok(fs.host_path(f.branch, &rel));
     }
@@ -189,8 +196,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
 pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
-    let rel = fs.inodes.path(inode)?;
-    let f = fs.search_node(Func::Access, inode, &rel)?;
+    let f = fs.search_node(Func::Access, inode)?;
     if mask & libc::W_OK as u32 != 0 && fs.modes[f.branch] == BranchMode::RO {
         return Err(errno(libc::EROFS));
     }

@@ -97,8 +97,9 @@ pub fn symlink(
     })
 }
 
-/// Creates a regular file, FIFO or socket node. Device nodes are refused with EPERM: the guest
-/// must not be able to plant a host device in a shared directory.
+/// Creates a regular file, FIFO, socket or device node, as the calling guest user (so only a
+/// privileged guest user can make a device node, as on a local filesystem). The daemon never
+/// opens what it makes here: OPEN accepts regular files only.
 pub fn mknod(
     fs: &UnionFs,
     ctx: &Context,
@@ -111,7 +112,8 @@ pub fn mknod(
         0 | libc::S_IFREG => FileType::RegularFile,
         libc::S_IFIFO => FileType::Fifo,
         libc::S_IFSOCK => FileType::Socket,
-        libc::S_IFCHR | libc::S_IFBLK => return Err(errno(libc::EPERM)),
+        libc::S_IFCHR => FileType::CharacterDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
         _ => return Err(errno(libc::EINVAL)),
     };
     let perm = Mode::from_raw_mode(mode & 0o7777);
@@ -158,7 +160,14 @@ pub fn create(
         )?
     };
     let st = beneath::stat_fd(fd.as_fd())?;
-    let entry = fs.make_entry(parent, name, &rel, st)?;
+    // The node keeps an O_PATH descriptor of the new file, not the open one.
+    let node_fd = beneath::open_path(dir.fd.as_fd(), name)?;
+    let found = Found {
+        branch: dir.branch,
+        fd: std::sync::Arc::new(node_fd),
+        st,
+    };
+    let entry = fs.entry_for(parent, name, &rel, &found)?;
     let opts = crate::fs::ops::open::open_options(fs, entry.inode, &st);
     let fh = fs.handles.insert(Handle::File(FileHandle {
         fd,

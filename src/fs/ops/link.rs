@@ -6,7 +6,6 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::AsFd;
 use std::time::Duration;
 
 use fuse_backend_rs::api::filesystem::{Context, Entry};
@@ -15,7 +14,7 @@ use rustix::fs::AtFlags;
 use crate::fs::options::{Func, LinkExdev};
 use crate::fs::resolve::{check_name, split_parent};
 use crate::fs::{errno, UnionFs};
-use crate::sys::{beneath, creds};
+use crate::sys::creds;
 use crate::union::ErrnoFold;
 
 /// Links `inode` as `newparent/newname`.
@@ -38,9 +37,12 @@ pub fn link(
     let new_parent = fs.inodes.path(newparent)?;
     match link_on_branches(fs, ctx, &old_rel, &new_parent, newname) {
         Ok(branch) => {
-            let fd = fs.open_on(branch, &new_rel)?;
-            let st = beneath::stat_fd(fd.as_fd())?;
-            fs.make_entry(newparent, newname, &new_rel, st)
+            // The reply carries the host's attributes now (the new link count); the new name
+            // joins the source's node, as it is the same file.
+            let f = fs
+                .find_on(branch, &new_rel)
+                .ok_or_else(|| errno(libc::ENOENT))?;
+            fs.entry_for(newparent, newname, &new_rel, &f)
         }
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
             exdev(fs, ctx, &old_rel, &new_parent, newparent, newname)

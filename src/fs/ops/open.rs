@@ -63,8 +63,7 @@ pub fn open(
     flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(flags);
-    let rel = fs.inodes.path(inode)?;
-    let mut f = fs.search_node(Func::Open, inode, &rel)?;
+    let mut f = fs.search_node(Func::Open, inode)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(errno(libc::EISDIR)),
@@ -75,9 +74,9 @@ pub fn open(
         return Err(errno(libc::EROFS));
     }
     if fs.cfg.opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
-        break_link(fs, &f, &rel)?;
+        break_link(fs, &f, &fs.inodes.path(inode)?)?;
         fs.inodes.unbind(inode);
-        f = fs.search_node(Func::Open, inode, &rel)?;
+        f = fs.search_node(Func::Open, inode)?;
     }
     let fd = beneath::reopen(f.fd.as_fd(), flags)?;
     let opts = open_options(fs, inode, &f.st);

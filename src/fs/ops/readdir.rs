@@ -20,8 +20,7 @@ use crate::sys::beneath;
 
 /// Opens directory `inode`.
 pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
-    let rel = fs.inodes.path(inode)?;
-    let f = fs.search_node(Func::Getattr, inode, &rel)?;
+    let f = fs.search_node(Func::Getattr, inode)?;
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
     }
@@ -42,7 +41,7 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
         split_parent(rel).0
     };
     let dt_dir = u32::from(libc::DT_DIR);
-    let dot = fs.search_node(Func::Getattr, inode, rel)?;
+    let dot = fs.search_node(Func::Getattr, inode)?;
     // A directory's number needs its host identity only under dev/ino-based modes.
     let dotdot = match calc {
         InodeCalc::Passthrough | InodeCalc::DevinoHash | InodeCalc::DevinoHash32 => {
@@ -164,7 +163,7 @@ pub fn readdirplus(
     add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
 ) -> io::Result<()> {
     let (rel, snap) = listing(fs, inode, fh, offset)?;
-    let dot = fs.search_node(Func::Getattr, inode, &rel)?.st;
+    let dot = fs.search_node(Func::Getattr, inode)?.st;
     for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.

@@ -48,6 +48,7 @@ pub fn rename(
     {
         return Err(errno(libc::EINVAL));
     }
+    fs.inodes.check_move(olddir, oldname, newdir)?;
     let n = Names {
         old_rel: fs.inodes.child_path(olddir, oldname)?,
         new_rel: fs.inodes.child_path(newdir, newname)?,
@@ -56,6 +57,12 @@ pub fn rename(
         oldname,
         newname,
     };
+    if !flags.contains(RenameFlags::NOREPLACE) {
+        fs.check_union_empty_target(&n.old_rel, &n.new_rel)?;
+        if flags.contains(RenameFlags::EXCHANGE) {
+            fs.check_union_empty_target(&n.new_rel, &n.old_rel)?;
+        }
+    }
     if !flags.is_empty() {
         rename_flagged(fs, &n, flags)?;
         if flags.contains(RenameFlags::EXCHANGE) {

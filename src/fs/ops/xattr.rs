@@ -33,7 +33,7 @@ fn target(f: &Found) -> io::Result<String> {
 }
 
 fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
-    fs.search_node(func, inode, &fs.inodes.path(inode)?)
+    fs.search_node(func, inode)
 }
 
 /// Value of `name` (or its size when `size` is 0).
