@@ -18,13 +18,15 @@ file -L "$busybox" 2>/dev/null | grep -q 'dynamically linked' &&
     die "$busybox is dynamically linked: install busybox-static"
 command -v cpio >/dev/null || die "cpio missing: run scripts/install-deps.sh"
 
-if [ -s "$out" ] && [ "$out" -nt "$init" ] && [ "$out" -nt "$busybox" ]; then
+if [ -s "$out" ] && [ "$out" -nt "$init" ] && [ "$out" -nt "$busybox" ] && [ "$out" -nt "$0" ]; then
     log "cached: $out"
     echo "$out"
     exit 0
 fi
 
 work=$(mktemp -d)
+# mktemp makes the directory 0700; it becomes the guest's /, which guest users must traverse.
+chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/{bin,sbin,dev,proc,sys,tmp,mnt,etc}
 cp "$busybox" "$work/bin/busybox"

@@ -3,38 +3,14 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
 
 use std::fs;
-use std::path::Path;
 use std::process::Command;
 
 use guest::{Backend, Guest, Mode};
-
-/// A tmpfs of `size` on a fresh temporary directory, unmounted on drop (needs root, as CI has).
-struct Tmpfs(tempfile::TempDir);
-
-impl Tmpfs {
-    fn new(size: &str) -> Tmpfs {
-        let d = tempfile::tempdir().unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(d.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mounting a tmpfs needs root");
-        Tmpfs(d)
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0.path()).status();
-    }
-}
+use tmpfs::Tmpfs;
 
 fn holders(b: &[&Tmpfs], rel: &str) -> Vec<usize> {
     (0..b.len())

@@ -1,0 +1,38 @@
+//! A tmpfs of a given size mounted on a fresh temporary directory, unmounted on drop: a real,
+//! small filesystem as a branch (needs root, as CI has). Shared by the test crates that
+//! include it with `#[path = "support/tmpfs.rs"] mod tmpfs;`.
+
+// Each test crate uses a different subset of this module.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+/// A mounted tmpfs.
+pub struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (mount(8) syntax, e.g. `16M`).
+    pub fn new(size: &str) -> Tmpfs {
+        let d = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(d.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs needs root");
+        Tmpfs(d)
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
