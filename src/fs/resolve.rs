@@ -205,6 +205,21 @@ impl UnionFs {
         self.inodes.path(inode).unwrap_or_default()
     }
 
+    /// Whether the attributes shown for `st` depend on the node's path: path-based inode
+    /// numbers, symlinkify (a symlink's size is its host path's length) and merged directories
+    /// (their times come from every branch).
+    pub(crate) fn attr_needs_path(&self, st: &stat64) -> bool {
+        let o = &self.cfg.opts;
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        o.symlinkify
+            || (is_dir && self.roots.len() > 1)
+            || match o.inodecalc {
+                InodeCalc::PathHash | InodeCalc::PathHash32 => true,
+                InodeCalc::HybridHash | InodeCalc::HybridHash32 => is_dir,
+                _ => false,
+            }
+    }
+
     /// The latest mtime and ctime of directory `rel` over every branch holding it, so that a
     /// merged directory's times reflect a change made in it on any branch (POSIX: creating or
     /// removing an entry updates the parent's times).

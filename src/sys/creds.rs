@@ -2,6 +2,31 @@
 //! operations run under an RAII guard that switches this thread's fsuid/fsgid and restores them.
 //! `setfsuid`/`setfsgid` act on the calling thread only, so worker threads never race.
 
+std::thread_local! {
+    /// Whether this thread has dropped the daemon's supplementary groups.
+    static GROUPS_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drops this thread's supplementary groups (once per thread), so a guest caller never acts
+/// with the daemon's groups (CVE-2022-0358: a guest user creating set-group-ID files in a
+/// group it is not in). The raw syscall changes only the calling thread; glibc's wrapper
+/// would change every thread of the process.
+fn drop_groups_once() {
+    if GROUPS_DROPPED.with(|d| d.get()) {
+        return;
+    }
+    // SAFETY: setgroups with a zero count reads no memory (the pointer is null).
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) };
+    if r == 0 {
+        GROUPS_DROPPED.with(|d| d.set(true));
+    } else {
+        log::warn!(
+            "cannot drop supplementary groups: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// While alive, this thread's filesystem uid/gid are the guest caller's.
 pub struct FsCredsGuard {
     restore: Option<(u32, u32)>,
@@ -13,6 +38,7 @@ pub fn switch_to(uid: u32, gid: u32) -> FsCredsGuard {
     if !rustix::process::geteuid().is_root() || (uid == 0 && gid == 0) {
         return FsCredsGuard { restore: None };
     }
+    drop_groups_once();
     // SAFETY: setfsgid/setfsuid take plain integers, touch no memory and cannot fail in a way
     // that leaves memory unsafe; they return the previous id.
     let old_gid = unsafe { libc::setfsgid(gid) } as u32;

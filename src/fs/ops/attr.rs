@@ -30,7 +30,12 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
         }
     }
     let f = fs.search_node(Func::Getattr, inode)?;
-    let rel = fs.node_rel(inode);
+    // The common case (one node, one fstat) builds no path.
+    let rel = if fs.attr_needs_path(&f.st) {
+        fs.node_rel(inode)
+    } else {
+        Default::default()
+    };
     let mut st = fs.shown(&f, &rel);
     fs.merge_dir_times(&mut st, &rel, f.branch);
     Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
