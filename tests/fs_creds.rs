@@ -21,11 +21,8 @@ fn a_guest_user_does_not_act_with_the_daemons_supplementary_groups() {
     // The daemon (this process, root) is in group 4242; the guest user 1000 is not.
     let groups = [4242 as libc::gid_t];
     // SAFETY: one valid gid array, alive for the call.
-    assert_eq!(
-        unsafe { libc::setgroups(1, groups.as_ptr()) },
-        0,
-        "needs root"
-    );
+    let r = unsafe { libc::setgroups(1, groups.as_ptr()) };
+    assert_eq!(r, 0, "needs root");
     let fs = union_with(&[(branch.path(), "RW")], "minfreespace=0");
     let user = Context {
         uid: 1000,
