@@ -219,8 +219,15 @@ impl InodeTable {
 
     /// Records one more guest lookup of `parent/name`, found as `found`, and returns its node:
     /// the node already bound to that object when there is one (a hard link, or the same
-    /// name again), else a new node. A name that pointed at another object is moved off it.
-    pub fn lookup(&self, parent: u64, name: &CStr, found: Bind) -> io::Result<u64> {
+    /// name again), else a new node; ENFILE when that would make more than `max_nodes`.
+    /// A name that pointed at another object is moved off it.
+    pub fn lookup(
+        &self,
+        parent: u64,
+        name: &CStr,
+        found: Bind,
+        max_nodes: usize,
+    ) -> io::Result<u64> {
         let mut inner = self.inner.write().unwrap();
         if !inner.nodes.contains_key(&parent) {
             return Err(err(libc::EBADF));
@@ -256,6 +263,9 @@ impl InodeTable {
                 inner.add_name(entry, id);
                 return Ok(id);
             }
+        }
+        if inner.nodes.len() >= max_nodes {
+            return Err(err(libc::ENFILE));
         }
         let id = inner.next_id;
         inner.next_id += 1;
@@ -435,9 +445,9 @@ mod tests {
     #[test]
     fn paths_lookups_and_forget() {
         let t = InodeTable::new();
-        let d = t.lookup(ROOT_ID, c"d", bind(10, true)).unwrap();
-        let f = t.lookup(d, c"f", bind(11, false)).unwrap();
-        assert_eq!(t.lookup(d, c"f", bind(11, false)).unwrap(), f);
+        let d = t.lookup(ROOT_ID, c"d", bind(10, true), usize::MAX).unwrap();
+        let f = t.lookup(d, c"f", bind(11, false), usize::MAX).unwrap();
+        assert_eq!(t.lookup(d, c"f", bind(11, false), usize::MAX).unwrap(), f);
         assert_eq!(t.path(f).unwrap().as_bytes(), b"d/f");
         assert_eq!(t.path(ROOT_ID).unwrap().as_bytes(), b".");
         // The parent stays while its child is referenced, even with no lookups of its own.
@@ -449,7 +459,7 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.path(f).unwrap_err().raw_os_error(), Some(libc::EBADF));
         assert_eq!(
-            t.lookup(999, c"x", bind(12, false))
+            t.lookup(999, c"x", bind(12, false), usize::MAX)
                 .unwrap_err()
                 .raw_os_error(),
             Some(libc::EBADF)
@@ -459,8 +469,12 @@ mod tests {
     #[test]
     fn hard_links_share_a_node_and_survive_unlink() {
         let t = InodeTable::new();
-        let a = t.lookup(ROOT_ID, c"a", bind(20, false)).unwrap();
-        let b = t.lookup(ROOT_ID, c"b", bind(20, false)).unwrap();
+        let a = t
+            .lookup(ROOT_ID, c"a", bind(20, false), usize::MAX)
+            .unwrap();
+        let b = t
+            .lookup(ROOT_ID, c"b", bind(20, false), usize::MAX)
+            .unwrap();
         assert_eq!(a, b);
         t.unlink(ROOT_ID, c"a");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"b");
@@ -478,8 +492,12 @@ mod tests {
     #[test]
     fn replaced_name_gets_a_new_node() {
         let t = InodeTable::new();
-        let a = t.lookup(ROOT_ID, c"a", bind(30, false)).unwrap();
-        let a2 = t.lookup(ROOT_ID, c"a", bind(31, false)).unwrap();
+        let a = t
+            .lookup(ROOT_ID, c"a", bind(30, false), usize::MAX)
+            .unwrap();
+        let a2 = t
+            .lookup(ROOT_ID, c"a", bind(31, false), usize::MAX)
+            .unwrap();
         assert_ne!(a, a2);
         assert!(!t.linked(a));
         assert_eq!(t.path(a2).unwrap().as_bytes(), b"a");
@@ -488,13 +506,13 @@ mod tests {
     #[test]
     fn rename_unlink_exchange() {
         let t = InodeTable::new();
-        let a = t.lookup(ROOT_ID, c"a", bind(1, false)).unwrap();
-        let d = t.lookup(ROOT_ID, c"d", bind(2, true)).unwrap();
-        let b = t.lookup(d, c"b", bind(3, false)).unwrap();
+        let a = t.lookup(ROOT_ID, c"a", bind(1, false), usize::MAX).unwrap();
+        let d = t.lookup(ROOT_ID, c"d", bind(2, true), usize::MAX).unwrap();
+        let b = t.lookup(d, c"b", bind(3, false), usize::MAX).unwrap();
         t.rename(ROOT_ID, c"a", d, c"b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(b).unwrap_err().raw_os_error(), Some(libc::ENOENT));
-        let c = t.lookup(ROOT_ID, c"c", bind(4, false)).unwrap();
+        let c = t.lookup(ROOT_ID, c"c", bind(4, false), usize::MAX).unwrap();
         t.exchange(ROOT_ID, c"c", d, c"b");
         assert_eq!(t.path(c).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"c");
@@ -509,9 +527,9 @@ mod tests {
     #[test]
     fn rename_of_a_parent_moves_children_and_never_makes_a_cycle() {
         let t = InodeTable::new();
-        let d = t.lookup(ROOT_ID, c"d", bind(1, true)).unwrap();
-        let e = t.lookup(d, c"e", bind(2, true)).unwrap();
-        let f = t.lookup(e, c"f", bind(3, false)).unwrap();
+        let d = t.lookup(ROOT_ID, c"d", bind(1, true), usize::MAX).unwrap();
+        let e = t.lookup(d, c"e", bind(2, true), usize::MAX).unwrap();
+        let f = t.lookup(e, c"f", bind(3, false), usize::MAX).unwrap();
         t.rename(ROOT_ID, c"d", ROOT_ID, c"x");
         assert_eq!(t.path(f).unwrap().as_bytes(), b"x/e/f");
         assert_eq!(
@@ -524,12 +542,16 @@ mod tests {
         );
         assert!(t.check_move(d, c"e", ROOT_ID).is_ok());
         // The same directory found inside itself (a followed symlink) is a separate node.
-        let inner = t.lookup(e, c"loop", bind(1, true)).unwrap();
+        let inner = t.lookup(e, c"loop", bind(1, true), usize::MAX).unwrap();
         assert_ne!(inner, d);
         assert_eq!(t.path(d).unwrap().as_bytes(), b"x");
         // Renaming a hard link onto another name of the same file changes nothing.
-        let h1 = t.lookup(ROOT_ID, c"h1", bind(9, false)).unwrap();
-        let h2 = t.lookup(ROOT_ID, c"h2", bind(9, false)).unwrap();
+        let h1 = t
+            .lookup(ROOT_ID, c"h1", bind(9, false), usize::MAX)
+            .unwrap();
+        let h2 = t
+            .lookup(ROOT_ID, c"h2", bind(9, false), usize::MAX)
+            .unwrap();
         assert_eq!(h1, h2);
         t.rename(ROOT_ID, c"h1", ROOT_ID, c"h2");
         assert!(t.linked(h1));

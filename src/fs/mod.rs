@@ -82,7 +82,15 @@ pub struct UnionFs {
     handles: HandleTable,
     /// Serializes `moveonenospc` moves.
     moves: std::sync::Mutex<()>,
+    /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
+    /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
+    fd_budget: std::sync::OnceLock<usize>,
 }
+
+/// Descriptors kept back for the daemon's own work (transient opens per request and thread,
+/// the socket, the log), beyond what the guest may hold: at least this many, or a tenth of
+/// the limit when that is more.
+const FD_RESERVE: u64 = 256;
 
 impl UnionFs {
     /// Opens every branch root and builds an inode table holding only the root.
@@ -129,6 +137,7 @@ impl UnionFs {
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
             moves: Default::default(),
+            fd_budget: Default::default(),
         })
     }
 
@@ -140,6 +149,36 @@ impl UnionFs {
     /// Number of open file and directory handles.
     pub fn handle_count(&self) -> usize {
         self.handles.len()
+    }
+
+    /// The most nodes plus handles the guest may hold (each keeps a descriptor open), as
+    /// virtiofsd bounds them since CVE-2020-10717: past it the guest gets ENFILE/EMFILE, and
+    /// the daemon keeps the descriptors it needs to serve.
+    pub fn fd_budget(&self) -> usize {
+        *self.fd_budget.get_or_init(|| {
+            let limit = crate::sys::limits::nofile();
+            let reserve = FD_RESERVE.max(limit / 10);
+            usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX)
+        })
+    }
+
+    /// How many new nodes the guest may still be given.
+    pub(crate) fn node_room(&self) -> usize {
+        self.fd_budget().saturating_sub(self.handles.len())
+    }
+
+    /// EMFILE when the guest holds as many nodes and handles as the budget allows.
+    pub(crate) fn check_handle_room(&self) -> io::Result<()> {
+        if self.handles.len() + self.inodes.len() >= self.fd_budget() {
+            return Err(errno(libc::EMFILE));
+        }
+        Ok(())
+    }
+
+    /// Stores an open handle, within the budget.
+    pub(crate) fn new_handle(&self, h: handle::Handle) -> io::Result<u64> {
+        self.check_handle_room()?;
+        Ok(self.handles.insert(h))
     }
 }
 

@@ -48,10 +48,14 @@ impl UnionFs {
         if self.open_on(to, &parent).is_err() {
             self.clone_path(from, to, &parent)?;
         }
-        let src_path = self.open_on(from, &rel)?;
-        let st = beneath::stat_fd(src_path.as_fd())?;
+        // The copy is made from the handle's own file, never from whatever now sits at its
+        // path (a guest can make the two drift apart; the path might name a FIFO or a device).
+        let st = beneath::stat_fd(h.fd.as_fd())?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(errno(libc::ENOSPC));
+        }
         let dir = self.dir_on(to, &parent)?;
-        let tmp = copy_to_temp(&src_path, &st, &dir, "moveonenospc")?;
+        let tmp = copy_to_temp(&h.fd, &st, &dir, "moveonenospc")?;
         if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &name) {
             let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
             return Err(e.into());
@@ -61,8 +65,13 @@ impl UnionFs {
         replace_fd(reopened.as_fd(), h.fd.as_fd())?;
         h.branch.store(to, Ordering::Release);
         self.inodes.unbind(h.inode);
+        // The old name goes only if it still is the file that was copied.
         let old_dir = self.dir_on(from, &parent)?;
-        rustix::fs::unlinkat(&old_dir, &name, AtFlags::empty())?;
+        let same = beneath::stat_at(old_dir.as_fd(), &name)
+            .is_ok_and(|o| (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino));
+        if same {
+            rustix::fs::unlinkat(&old_dir, &name, AtFlags::empty())?;
+        }
         log::info!(
             "moveonenospc: moved {} from branch {from} to branch {to}",
             rel.to_string_lossy()

@@ -36,24 +36,71 @@ pub(crate) struct OpeningProbe<'a> {
     fs: &'a UnionFs,
     rel: &'a CStr,
     cache: RefCell<Vec<Option<Option<Found>>>>,
+    /// The first failure that was not "no such entry" (EMFILE, ENOMEM, EIO…): a probe that
+    /// hit it must not report the entry missing.
+    error: RefCell<Option<io::Error>>,
 }
 
 impl<'a> OpeningProbe<'a> {
     pub(crate) fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
         let cache = RefCell::new((0..fs.roots.len()).map(|_| None).collect());
-        OpeningProbe { fs, rel, cache }
+        OpeningProbe {
+            fs,
+            rel,
+            cache,
+            error: RefCell::new(None),
+        }
     }
 
-    fn open(&self, branch: usize) -> Option<Found> {
-        self.fs.find_on(branch, self.rel)
+    /// Keeps `r`'s error if it is a real failure; answers whether something was found.
+    fn note<T>(&self, r: io::Result<Option<T>>) -> Option<T> {
+        match r {
+            Ok(v) => v,
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn open(&self, branch: usize) -> Option<Found> {
+        self.note(self.fs.lookup_on(branch, self.rel))
     }
 
     fn take(&self, branch: usize) -> io::Result<Found> {
         let cached = self.cache.borrow_mut()[branch].take().flatten();
-        cached
-            .or_else(|| self.open(branch))
-            .ok_or_else(|| errno(libc::ENOENT))
+        match cached.or_else(|| self.open(branch)) {
+            Some(f) => Ok(f),
+            None => Err(self.failure(errno(libc::ENOENT))),
+        }
     }
+
+    /// `e`, unless it is ENOENT and a real failure was seen: then that failure.
+    pub(crate) fn failure(&self, e: io::Error) -> io::Error {
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            if let Some(real) = self.error.borrow_mut().take() {
+                return real;
+            }
+        }
+        e
+    }
+}
+
+/// `r` as "found or not", keeping real failures as errors.
+fn present<T>(r: io::Result<T>) -> io::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if is_absent(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an error resolving a path means only "there is no such entry on this branch".
+fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV | libc::ENAMETOOLONG)
+    )
 }
 
 impl Probe for OpeningProbe<'_> {
@@ -71,7 +118,8 @@ impl Probe for OpeningProbe<'_> {
             self.cache.borrow()[branch].as_ref()?.as_ref()?.st
         } else {
             let r = CString::new(rel).ok()?;
-            beneath::stat_fd(self.fs.open_on(branch, &r).ok()?.as_fd()).ok()?
+            let fd = self.note(present(self.fs.open_on(branch, &r)))?;
+            beneath::stat_fd(fd.as_fd()).ok()?
         };
         Some(i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec))
     }
@@ -82,10 +130,10 @@ impl Probe for OpeningProbe<'_> {
 
     fn exists(&self, branch: usize, rel: &[u8]) -> bool {
         if rel != self.rel.to_bytes() {
-            return CString::new(rel)
-                .ok()
-                .and_then(|r| self.fs.open_on(branch, &r).ok())
-                .is_some();
+            let Ok(r) = CString::new(rel) else {
+                return false;
+            };
+            return self.note(present(self.fs.open_on(branch, &r))).is_some();
         }
         let mut cache = self.cache.borrow_mut();
         cache[branch]
@@ -172,7 +220,7 @@ impl UnionFs {
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
             .select(func.category(), &self.infos, rel.to_bytes(), &probe)
-            .map_err(errno)?;
+            .map_err(|e| probe.failure(errno(e)))?;
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
 
@@ -266,7 +314,7 @@ impl UnionFs {
         let probe = OpeningProbe::new(self, parent_rel);
         let chosen = policy
             .select(func.category(), &self.infos, parent_rel.to_bytes(), &probe)
-            .map_err(errno)?;
+            .map_err(|e| probe.failure(errno(e)))?;
         let mut out = Vec::with_capacity(chosen.len());
         for b in chosen {
             let f = match probe.take(b) {
@@ -300,8 +348,16 @@ impl UnionFs {
     /// `rel` on `branch` as lookups see it: a symlink whose target kind `follow-symlinks`
     /// covers is shown as its target (resolved inside the branch).
     pub(crate) fn find_on(&self, branch: usize, rel: &CStr) -> Option<Found> {
-        let fd = self.open_on(branch, rel).ok()?;
-        let st = beneath::stat_fd(fd.as_fd()).ok()?;
+        self.lookup_on(branch, rel).ok().flatten()
+    }
+
+    /// [`UnionFs::find_on`] keeping the cause of a failure: `Ok(None)` only when the entry is
+    /// not there, an error when looking failed (EMFILE must never read as ENOENT).
+    pub(crate) fn lookup_on(&self, branch: usize, rel: &CStr) -> io::Result<Option<Found>> {
+        let Some(fd) = present(self.open_on(branch, rel))? else {
+            return Ok(None);
+        };
+        let st = beneath::stat_fd(fd.as_fd())?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK
             && self.cfg.opts.follow_symlinks != FollowSymlinks::Never
         {
@@ -318,19 +374,19 @@ impl UnionFs {
                     FollowSymlinks::All => kind == libc::S_IFDIR || kind == libc::S_IFREG,
                 };
                 if follow {
-                    return Some(Found {
+                    return Ok(Some(Found {
                         branch,
                         fd: Arc::new(t),
                         st: tst,
-                    });
+                    }));
                 }
             }
         }
-        Some(Found {
+        Ok(Some(Found {
             branch,
             fd: Arc::new(fd),
             st,
-        })
+        }))
     }
 
     /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
@@ -431,6 +487,7 @@ impl UnionFs {
                 key: (f.st.st_dev, f.st.st_ino),
                 is_dir: f.st.st_mode & libc::S_IFMT == libc::S_IFDIR,
             },
+            self.node_room(),
         )?;
         Ok(Entry {
             inode,

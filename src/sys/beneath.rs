@@ -75,6 +75,15 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat64> {
     Ok(rustix::fs::fstat(fd)?)
 }
 
+/// `fstatat` of `name` in directory `dir`, never following a symlink.
+pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat64> {
+    Ok(rustix::fs::statat(
+        dir,
+        name,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
 /// One directory entry as read from a host directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostDirent {

@@ -13,3 +13,8 @@ pub fn raise_nofile() -> std::io::Result<u64> {
     setrlimit(Resource::Nofile, raised)?;
     Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
 }
+
+/// The soft `RLIMIT_NOFILE` now in force.
+pub fn nofile() -> u64 {
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}

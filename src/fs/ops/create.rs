@@ -150,6 +150,7 @@ pub fn create(
             (rel, targets.swap_remove(0))
         }
     };
+    fs.check_handle_room()?;
     let fd = {
         let _creds = creds::switch_to(ctx.uid, ctx.gid);
         beneath::open_beneath(
@@ -169,11 +170,11 @@ pub fn create(
     };
     let entry = fs.entry_for(parent, name, &rel, &found)?;
     let opts = crate::fs::ops::open::open_options(fs, entry.inode, &st);
-    let fh = fs.handles.insert(Handle::File(FileHandle {
+    let fh = fs.new_handle(Handle::File(FileHandle {
         fd,
         inode: entry.inode,
         branch: dir.branch.into(),
         flags: flags & !OFlags::TRUNC,
-    }));
+    }))?;
     Ok((entry, Some(fh), opts, None))
 }

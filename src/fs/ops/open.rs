@@ -80,12 +80,12 @@ pub fn open(
     }
     let fd = beneath::reopen(f.fd.as_fd(), flags)?;
     let opts = open_options(fs, inode, &f.st);
-    let fh = fs.handles.insert(Handle::File(FileHandle {
+    let fh = fs.new_handle(Handle::File(FileHandle {
         fd,
         inode,
         branch: f.branch.into(),
         flags: flags & !OFlags::TRUNC,
-    }));
+    }))?;
     Ok((Some(fh), opts, None))
 }
 

@@ -24,10 +24,10 @@ pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
     }
-    let fh = fs.handles.insert(Handle::Dir(DirHandle {
+    let fh = fs.new_handle(Handle::Dir(DirHandle {
         inode,
         snapshot: Default::default(),
-    }));
+    }))?;
     Ok((Some(fh), OpenOptions::empty()))
 }
 

@@ -16,6 +16,10 @@ use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
 
+/// Linux's largest xattr value and name list (XATTR_SIZE_MAX, XATTR_LIST_MAX): a guest asking
+/// for more gets a buffer of this size, never an allocation of the size it named.
+const XATTR_MAX: u32 = 65536;
+
 /// What the configured `xattr=` mode answers instead of passing through, if anything.
 fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
     match fs.cfg.opts.xattr {
@@ -47,7 +51,7 @@ pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<
             rustix::fs::getxattr_query(&p, name)? as u32
         ));
     }
-    let mut buf = vec![0u8; size as usize];
+    let mut buf = vec![0u8; size.min(XATTR_MAX) as usize];
     let n = rustix::fs::getxattr(&p, name, &mut buf[..])?;
     buf.truncate(n);
     Ok(GetxattrReply::Value(buf))
@@ -70,7 +74,7 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
             rustix::fs::listxattr_query(&p)? as u32
         ));
     }
-    let mut buf = vec![0u8; size as usize];
+    let mut buf = vec![0u8; size.min(XATTR_MAX) as usize];
     let n = rustix::fs::listxattr(&p, &mut buf[..])?;
     buf.truncate(n);
     Ok(ListxattrReply::Names(buf))
