@@ -170,3 +170,57 @@ fn set_times(path: &std::path::Path, t: libc::timespec) {
     let r = unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), ts.as_ptr(), 0) };
     assert_eq!(r, 0, "utimensat {}", path.display());
 }
+
+/// The FUSE INIT flags the daemon enabled, as it logs them (`enabled 0xFLAGS/0xFLAGS2`).
+fn logged_init_flags(log: &str) -> Option<u64> {
+    let (_, rest) = log.rsplit_once("enabled 0x")?;
+    let (lo, rest) = rest.split_once("/0x")?;
+    let hi: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+    Some(u64::from_str_radix(lo, 16).ok()? | (u64::from_str_radix(&hi, 16).ok()? << 32))
+}
+
+#[test]
+fn privileges_are_cleared_as_the_kernel_would_in_guest() {
+    let a = Tmpfs::new("64M");
+    let backend = Backend::union(&[(a.path(), Mode::Rw)], &["-o", "minfreespace=1M"]);
+    let run = guest::run_scenario(
+        &backend,
+        &Guest::default(),
+        r#"
+echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
+echo "u:x:1000:" >>/etc/group
+for f in w t o c; do echo data >$f; done
+chmod 6777 w t o
+chmod 4755 c
+chmod 777 .
+# A write, a truncate and a truncating open by a user who is not the owner clear set-user-ID
+# and (group-executable) set-group-ID, as on a local filesystem.
+su u -c "echo more >>w"
+expect_eq "$(stat -c %a w)" 777 "write by a non-owner"
+su u -c "truncate -s 1 t"
+expect_eq "$(stat -c %a t)" 777 "truncate by a non-owner"
+su u -c "echo new >o"
+expect_eq "$(stat -c %a o)" 777 "O_TRUNC open by a non-owner"
+expect_eq "$(cat o)" new "content after the truncating open"
+# chown clears set-user-ID even for root.
+chown 1000 c
+expect_eq "$(stat -c %a:%u c)" 755:1000 "chown"
+# Root (CAP_FSETID) keeps them.
+echo x >r; chmod 4755 r; echo more >>r
+expect_eq "$(stat -c %a r)" 4755 "write by root"
+"#,
+    );
+    run.assert_success();
+    let flags = logged_init_flags(&run.daemon_log).expect("INIT logged");
+    assert_ne!(
+        flags & (1 << 28),
+        0,
+        "FUSE_HANDLE_KILLPRIV_V2 negotiated: {flags:#x}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |n: &str| fs::metadata(a.path().join(n)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        (mode("w"), mode("t"), mode("o"), mode("r")),
+        (0o777, 0o777, 0o777, 0o4755)
+    );
+}

@@ -10,8 +10,8 @@ use std::fs;
 
 use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
-use union_virtiofsd::fs::ROOT_ID;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use union_virtiofsd::fs::ROOT_ID;
 
 fn set_soft_nofile(n: u64) {
     let cur = getrlimit(Resource::Nofile);

@@ -192,7 +192,13 @@ impl FileSystem for UnionFs {
     type Handle = u64;
 
     fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
-        Ok(FsOptions::ASYNC_READ
+        let killpriv = if self.cfg.opts.killpriv_v2 {
+            FsOptions::HANDLE_KILLPRIV_V2
+        } else {
+            FsOptions::empty()
+        };
+        Ok(killpriv
+            | FsOptions::ASYNC_READ
             | FsOptions::PARALLEL_DIROPS
             | FsOptions::BIG_WRITES
             | FsOptions::AUTO_INVAL_DATA
@@ -316,9 +322,9 @@ impl FileSystem for UnionFs {
         _ctx: &Context,
         inode: u64,
         flags: u32,
-        _fuse_flags: u32,
+        fuse_flags: u32,
     ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-        ops::open::open(self, inode, flags)
+        ops::open::open(self, inode, flags, fuse_flags)
     }
 
     fn release(
@@ -367,9 +373,9 @@ impl FileSystem for UnionFs {
         _lock_owner: Option<u64>,
         _delayed_write: bool,
         _flags: u32,
-        _fuse_flags: u32,
+        fuse_flags: u32,
     ) -> io::Result<usize> {
-        ops::io::write(self, inode, handle, r, size, offset)
+        ops::io::write(self, inode, handle, r, size, offset, fuse_flags)
     }
 
     fn fallocate(

@@ -300,6 +300,10 @@ pub struct UnionOptions {
     pub symlinkify: bool,
     /// How old (mtime and ctime) a file must be for `symlinkify`.
     pub symlinkify_timeout: Duration,
+    /// Negotiate FUSE_HANDLE_KILLPRIV_V2: the daemon clears set-user-ID/set-group-ID bits on
+    /// a write or truncate by an unprivileged guest caller (the guest then skips a GETXATTR
+    /// and a SETATTR per write).
+    pub killpriv_v2: bool,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -329,6 +333,7 @@ impl Default for UnionOptions {
             link_cow: false,
             symlinkify: false,
             symlinkify_timeout: Duration::from_secs(3600),
+            killpriv_v2: true,
         }
     }
 }

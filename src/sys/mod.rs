@@ -3,6 +3,7 @@
 
 pub mod abi;
 pub mod beneath;
+pub mod caps;
 pub mod creds;
 pub mod fd;
 pub mod file;

@@ -14,7 +14,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_O
 use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
-use crate::sys::{beneath, creds};
+use crate::sys::{beneath, caps, creds};
 use crate::union::{BranchMode, ErrnoFold};
 
 fn is_type(st: &stat64, t: u32) -> bool {
@@ -43,19 +43,33 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
 
 /// Applies the changes `valid` selects to the copies of `inode` that each change's function
 /// policy chooses (chmod, chown, truncate and utimens are separate mergerfs functions).
+///
+/// As in virtiofsd, the change is made with the daemon's credentials: the guest kernel has
+/// already checked the caller's permission (virtio-fs mounts always use `default_permissions`),
+/// including supplementary groups that FUSE never sends, so acting as the caller on the host
+/// would refuse what POSIX allows (chown to a group the caller is in, utimes by a writer
+/// through a group). What the kernel would clear for an unprivileged caller is cleared here
+/// too: a truncate with KILL_SUIDGID runs without CAP_FSETID, and chown clears set-user-ID on
+/// the host as it does for anyone.
 pub fn setattr(
     fs: &UnionFs,
-    ctx: &Context,
+    _ctx: &Context,
     inode: u64,
     attr: stat64,
     handle: Option<u64>,
     valid: SetattrValid,
 ) -> io::Result<(stat64, Duration)> {
+    let kill = valid.contains(SetattrValid::KILL_SUIDGID) && fs.cfg.opts.killpriv_v2;
+    let valid = valid & !SetattrValid::KILL_SUIDGID;
     // ftruncate on an open file changes exactly that file.
     if valid == SetattrValid::SIZE {
         if let Some(fh) = handle {
             let h = fs.handles.file(fh, inode)?;
-            rustix::fs::ftruncate(h.as_file()?.fd.as_fd(), attr.st_size as u64)?;
+            let fd = h.as_file()?.fd.as_fd();
+            let _killpriv = (kill
+                && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
+            .then(caps::without_fsetid);
+            rustix::fs::ftruncate(fd, attr.st_size as u64)?;
             return getattr(fs, inode, handle);
         }
     }
@@ -82,7 +96,9 @@ pub fn setattr(
             Err(_) => (vec![fs.search_node(Func::Getattr, inode)?], c""),
         };
         for f in copies {
-            let _creds = creds::switch_to(ctx.uid, ctx.gid);
+            let _killpriv =
+                (kill && mask == SetattrValid::SIZE && caps::mode_has_privs(f.st.st_mode))
+                    .then(caps::without_fsetid);
             fold.add(&apply(fs, &f, rel, &attr, valid & mask));
         }
         fold.result_all()?;

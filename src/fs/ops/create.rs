@@ -137,7 +137,7 @@ pub fn create(
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
         {
             let entry = crate::fs::ops::lookup::lookup(fs, parent, name)?;
-            return match open(fs, entry.inode, args.flags) {
+            return match open(fs, entry.inode, args.flags, args.fuse_flags) {
                 Ok((fh, opts, p)) => Ok((entry, fh, opts, p)),
                 Err(e) => {
                     fs.inodes.forget(entry.inode, 1);

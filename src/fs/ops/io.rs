@@ -10,6 +10,10 @@ use rustix::fs::{FallocateFlags, SeekFrom};
 use crate::fs::movefile::is_out_of_space;
 use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
+use crate::sys::{beneath, caps};
+
+/// `write_flags` bit: the guest writer lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID).
+const WRITE_KILL_PRIV: u32 = fuse_backend_rs::abi::fuse_abi::WRITE_KILL_PRIV;
 
 /// Reads up to `size` bytes at `offset` straight into the reply; short only at end of file (or
 /// if the guest's reply buffer is smaller).
@@ -52,6 +56,7 @@ pub fn write(
     r: &mut dyn ZeroCopyReader,
     size: u32,
     offset: u64,
+    write_flags: u32,
 ) -> io::Result<usize> {
     let h = fs.handles.file(fh, inode)?;
     let fd = h.as_file()?.fd.as_fd();
@@ -59,6 +64,13 @@ pub fn write(
     if fs.cfg.opts.nullrw {
         return Ok(size);
     }
+    // KILLPRIV_V2: an unprivileged guest writer clears set-user/group-ID bits, as the host
+    // kernel does for a writer without CAP_FSETID (checked first: one fstat, no capset for
+    // the usual file without those bits).
+    let _killpriv = (write_flags & WRITE_KILL_PRIV != 0
+        && fs.cfg.opts.killpriv_v2
+        && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
+    .then(caps::without_fsetid);
     let mut done = 0usize;
     let mut moved = false;
     while done < size {

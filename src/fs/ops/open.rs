@@ -13,7 +13,10 @@ use crate::fs::movefile::copy_to_temp;
 use crate::fs::options::{CacheFiles, Func};
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
-use crate::sys::beneath;
+use crate::sys::{beneath, caps};
+
+/// `open_flags` bit: a truncating open by a guest caller without CAP_FSETID.
+const FOPEN_IN_KILL_SUIDGID: u32 = fuse_backend_rs::abi::fuse_abi::FOPEN_IN_KILL_SUIDGID;
 use crate::union::BranchMode;
 use std::ffi::CStr;
 
@@ -61,6 +64,7 @@ pub fn open(
     fs: &UnionFs,
     inode: u64,
     flags: u32,
+    open_flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let flags = guest_open_flags(flags);
     let mut f = fs.search_node(Func::Open, inode)?;
@@ -78,7 +82,16 @@ pub fn open(
         fs.inodes.unbind(inode);
         f = fs.search_node(Func::Open, inode)?;
     }
-    let fd = beneath::reopen(f.fd.as_fd(), flags)?;
+    let fd = {
+        // KILLPRIV_V2: a truncating open by an unprivileged guest caller clears
+        // set-user/group-ID bits, as the host kernel does without CAP_FSETID.
+        let _killpriv = (open_flags & FOPEN_IN_KILL_SUIDGID != 0
+            && flags.contains(OFlags::TRUNC)
+            && fs.cfg.opts.killpriv_v2
+            && caps::mode_has_privs(f.st.st_mode))
+        .then(caps::without_fsetid);
+        beneath::reopen(f.fd.as_fd(), flags)?
+    };
     let opts = open_options(fs, inode, &f.st);
     let fh = fs.new_handle(Handle::File(FileHandle {
         fd,
