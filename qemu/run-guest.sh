@@ -4,6 +4,7 @@
 #   qemu/run-guest.sh --socket /tmp/u.sock [--tag share] [--queue-size 1024] [--mem 512M]
 #                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
+#                     [--extra-initrd archive.cpio]...
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -14,7 +15,9 @@
 # Without --kernel/--initrd, scripts/fetch-kernel.sh and scripts/build-initramfs.sh provide them
 # (cached in .cache/guest/). With --script, the file is packed as /scenario.sh into a small cpio
 # archive appended to the initrd; the guest's /init (qemu/init) runs it with /mnt as working
-# directory and prints "=== SCENARIO EXIT <status> ===" before powering off.
+# directory and prints "=== SCENARIO EXIT <status> ===" before powering off. Each
+# --extra-initrd archive (uncompressed newc cpio, e.g. scripts/build-pjdfstest-initrd.sh's) is
+# appended the same way, so its files are in the guest's root filesystem.
 #
 # QEMU flags, and why:
 #   -accel tcg                 software emulation: nested KVM is not available on our machines.
@@ -40,6 +43,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
 socket="" tag=share queue_size=1024 mem=512M smp=1 script="" append="" kernel="" initrd=""
+extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -52,6 +56,7 @@ while [ $# -gt 0 ]; do
     --append) append=$2; shift 2 ;;
     --kernel) kernel=$2; shift 2 ;;
     --initrd) initrd=$2; shift 2 ;;
+    --extra-initrd) extras+=("$2"); shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -64,24 +69,30 @@ command -v qemu-system-x86_64 >/dev/null ||
 [ -n "$kernel" ] || kernel=$("$root/scripts/fetch-kernel.sh")
 [ -n "$initrd" ] || initrd=$("$root/scripts/build-initramfs.sh")
 
-if [ -n "$script" ]; then
-    # initrd = generic initramfs + a cpio archive holding only /scenario.sh.
+if [ -n "$script" ] || [ ${#extras[@]} -gt 0 ]; then
+    # initrd = generic initramfs + the extra archives + a cpio archive holding /scenario.sh.
     combined=$(mktemp --tmpdir uvfs-initrd.XXXXXX)
     stage=$(mktemp -d --tmpdir uvfs-scenario.XXXXXX)
-    install -m 755 "$script" "$stage/scenario.sh"
     cp "$initrd" "$combined"
     # The kernel looks for an uncompressed archive only at a 4-byte-aligned offset (it skips zero
-    # padding), so pad the gzip part first.
-    pad=$(((4 - $(stat -c %s "$combined") % 4) % 4))
-    head -c "$pad" /dev/zero >>"$combined"
-    (cd "$stage" && echo scenario.sh | cpio -o -H newc --owner=0:0 --quiet) >>"$combined"
+    # padding), so pad before each one.
+    pad4() { head -c $(((4 - $(stat -c %s "$combined") % 4) % 4)) /dev/zero >>"$combined"; }
+    for extra in "${extras[@]}"; do
+        pad4
+        cat "$extra" >>"$combined"
+    done
+    if [ -n "$script" ]; then
+        install -m 755 "$script" "$stage/scenario.sh"
+        pad4
+        (cd "$stage" && echo scenario.sh | cpio -o -H newc --owner=0:0 --quiet) >>"$combined"
+    fi
     # Keep it open on fd 3 and delete it now, so that nothing is left behind even though we exec
     # QEMU (which makes QEMU, not this shell, the process a caller waits for and kills).
     exec 3<"$combined"
     rm -rf "$combined" "$stage"
     initrd=/dev/fd/3
     # Tells /init to expect /scenario.sh (and to fail, not fall back to a shell, without it).
-    append="uvfs.scenario=1 $append"
+    [ -z "$script" ] || append="uvfs.scenario=1 $append"
 fi
 
 exec qemu-system-x86_64 \

@@ -13,4 +13,6 @@ timed scripts/fetch-kernel.sh >/dev/null
 # A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.
 GUEST_KERNEL_SUITE=trixie-backports timed scripts/fetch-kernel.sh >/dev/null
 timed scripts/build-initramfs.sh >/dev/null
+# The POSIX conformance suite, packed for the guest (tests/e2e_pjdfstest.rs).
+timed scripts/build-pjdfstest-initrd.sh >/dev/null
 cargo test --workspace --all-targets "$@"

@@ -205,3 +205,25 @@ fn link_paths_and_exdev_modes() {
         assert_eq!(link, Path::new(&want), "{mode}");
     }
 }
+
+/// A directory renamed away and back keeps one node whose name follows it (pjdfstest
+/// rename::write_access_required_subdir).
+#[test]
+fn a_directory_renamed_away_and_back() {
+    let a = tempfile::tempdir().unwrap();
+    let fs = union(&[(a.path(), "RW")]);
+    let user = fuse_backend_rs::api::filesystem::Context {
+        uid: 65534,
+        gid: 65534,
+        pid: 1,
+    };
+    let dir = fs.mkdir(&ctx(), ROOT_ID, &c("dir"), 0o777, 0).unwrap();
+    let sub = fs.mkdir(&ctx(), dir.inode, &c("subdir"), 0o700, 0).unwrap();
+    fs.rename(&user, dir.inode, &c("subdir"), dir.inode, &c("another"), 0)
+        .unwrap();
+    let again = fs.lookup(&ctx(), dir.inode, &c("another")).unwrap();
+    assert_eq!(again.inode, sub.inode);
+    fs.rename(&user, dir.inode, &c("another"), dir.inode, &c("subdir"), 0)
+        .unwrap();
+    assert!(a.path().join("dir/subdir").is_dir());
+}

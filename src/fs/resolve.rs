@@ -268,14 +268,17 @@ impl UnionFs {
             }
     }
 
-    /// The latest mtime and ctime of directory `rel` over every branch holding it, so that a
-    /// merged directory's times reflect a change made in it on any branch (POSIX: creating or
-    /// removing an entry updates the parent's times).
-    pub(crate) fn merge_dir_times(&self, st: &mut stat64, rel: &CStr, skip: usize) {
-        if self.roots.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+    /// The attributes of a directory present on several branches, as one directory would have
+    /// them: the latest mtime and ctime of any copy (creating or removing an entry in any copy
+    /// updates the directory's times, as POSIX requires) and a link count of 2 plus the number
+    /// of distinct subdirectories in the union. `bound` is the copy `st` came from; a directory
+    /// on one branch keeps the host's own values.
+    pub(crate) fn merge_dir_attrs(&self, st: &mut stat64, rel: &CStr, bound: &Found) {
+        if self.roots.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR || rel.is_empty() {
             return;
         }
-        for b in (0..self.roots.len()).filter(|&b| b != skip) {
+        let mut copies = Vec::new();
+        for b in (0..self.roots.len()).filter(|&b| b != bound.branch) {
             let Ok(fd) = self.open_on(b, rel) else {
                 continue;
             };
@@ -291,7 +294,31 @@ impl UnionFs {
             if (o.st_ctime, o.st_ctime_nsec) > (st.st_ctime, st.st_ctime_nsec) {
                 (st.st_ctime, st.st_ctime_nsec) = (o.st_ctime, o.st_ctime_nsec);
             }
+            copies.push(fd);
         }
+        if copies.is_empty() {
+            return;
+        }
+        let mut subdirs = std::collections::HashSet::new();
+        for dir in std::iter::once(bound.fd.as_fd()).chain(copies.iter().map(|d| d.as_fd())) {
+            let Ok(entries) = beneath::list_dir(dir) else {
+                return;
+            };
+            for e in entries {
+                let is_dir = match e.dtype {
+                    t if t == u32::from(libc::DT_DIR) => true,
+                    t if t == u32::from(libc::DT_UNKNOWN) => CString::new(e.name.clone())
+                        .ok()
+                        .and_then(|n| beneath::stat_at(dir, &n).ok())
+                        .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                    _ => false,
+                };
+                if is_dir {
+                    subdirs.insert(e.name);
+                }
+            }
+        }
+        st.st_nlink = 2 + subdirs.len() as u64;
     }
 
     /// The entry at `rel` as `func`'s (search) policy finds it.

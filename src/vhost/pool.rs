@@ -7,7 +7,7 @@ use std::thread::{self, JoinHandle};
 
 use log::warn;
 
-use crate::sys::thread::unshare_fs;
+use crate::sys::thread::{set_umask, unshare_fs};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -62,6 +62,10 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
     if let Err(e) = unshare_fs() {
         warn!("unshare(CLONE_FS) failed in worker: {e}");
     }
+    // The guest kernel has applied the caller's umask already; the daemon must not apply one
+    // of its own. Set here, not inherited: this thread may have unshared its fs context
+    // before the main thread cleared the umask (a race that made mkdir 0777 come out 0755).
+    set_umask(0);
     loop {
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
@@ -78,6 +82,24 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn workers_apply_no_umask_of_their_own() {
+        // The test process runs with an inherited umask (022 from the shell, or whatever it
+        // is); a worker must serve with 0 whatever the main thread has done so far.
+        let inherited = set_umask(0o022);
+        let pool = Pool::new(1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(pool
+            .spawn(Box::new(move || {
+                let m = set_umask(0);
+                tx.send(m).unwrap();
+            }))
+            .is_ok());
+        assert_eq!(rx.recv().unwrap(), 0);
+        pool.shutdown(true);
+        set_umask(inherited);
+    }
 
     #[test]
     fn runs_jobs_then_stops() {

@@ -120,6 +120,10 @@ pub struct Guest {
     pub append: String,
     /// Debian suite to take the guest kernel from (`None`: the default, bookworm-backports).
     pub kernel_suite: Option<&'static str>,
+    /// Virtual CPUs.
+    pub smp: u32,
+    /// Uncompressed cpio archives appended to the initramfs (extra programs for the guest).
+    pub extra_initrd: Vec<PathBuf>,
 }
 
 impl Default for Guest {
@@ -131,6 +135,8 @@ impl Default for Guest {
             timeout: Duration::from_secs(120),
             append: String::new(),
             kernel_suite: None,
+            smp: 1,
+            extra_initrd: Vec::new(),
         }
     }
 }
@@ -259,6 +265,17 @@ pub fn images() -> &'static Images {
              scripts/build-initramfs.sh): {e}"
         ),
     }
+}
+
+/// The pjdfstest archive for [`Guest::extra_initrd`] (scripts/build-pjdfstest-initrd.sh, which
+/// installs the suite once): `/bin/pjdfstest`, its libraries, its dummy users and
+/// `/etc/pjdfstest.toml`.
+pub fn pjdfstest_initrd() -> PathBuf {
+    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ARCHIVE
+        .get_or_init(|| run_path_script("build-pjdfstest-initrd.sh"))
+        .clone()
+        .unwrap_or_else(|e| panic!("cannot prepare pjdfstest for the guest: {e}"))
 }
 
 /// The guest kernel from Debian suite `suite` (fetched once per test process and suite).
@@ -404,6 +421,13 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
         .args(["--tag", &guest.tag])
         .args(["--queue-size", &guest.queue_size.to_string()])
         .args(["--mem", &guest.mem])
+        .args(["--smp", &guest.smp.to_string()])
+        .args(
+            guest
+                .extra_initrd
+                .iter()
+                .flat_map(|p| [std::ffi::OsStr::new("--extra-initrd"), p.as_os_str()]),
+        )
         .arg("--kernel")
         .arg(
             guest

@@ -37,7 +37,7 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
         Default::default()
     };
     let mut st = fs.shown(&f, &rel);
-    fs.merge_dir_times(&mut st, &rel, f.branch);
+    fs.merge_dir_attrs(&mut st, &rel, &f);
     Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
 }
 
