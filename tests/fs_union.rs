@@ -611,3 +611,26 @@ fn entries_are_created_as_the_guest_caller() {
     );
     f.fs.mkdir(&ctx(), dir.inode, &c("x"), 0o755, 0).unwrap();
 }
+
+#[test]
+fn destroy_drops_every_node_and_handle() {
+    let f = fixture();
+    let e = walk(&f.fs, "only_b/inner.txt").unwrap();
+    let (fh, _, _) =
+        f.fs.open(&ctx(), e.inode, libc::O_RDONLY as u32, 0)
+            .unwrap();
+    let dir = walk(&f.fs, "only_b").unwrap();
+    f.fs.opendir(&ctx(), dir.inode, 0).unwrap();
+    assert!(f.fs.inode_count() > 1 && f.fs.handle_count() == 2);
+    f.fs.destroy();
+    assert_eq!((f.fs.inode_count(), f.fs.handle_count()), (1, 0));
+    // What the old session held is gone: its handle and node ids answer EBADF.
+    assert_eq!(
+        errno_of(f.fs.flush(&ctx(), e.inode, fh.unwrap(), 0)),
+        libc::EBADF
+    );
+    assert_eq!(errno_of(f.fs.getattr(&ctx(), e.inode, None)), libc::EBADF);
+    // A new session works.
+    let again = walk(&f.fs, "only_b/inner.txt").unwrap();
+    assert!(!read_file(&f.fs, again.inode).unwrap().is_empty());
+}

@@ -85,6 +85,11 @@ impl HandleTable {
         self.map.write().unwrap().remove(&fh).ok_or_else(ebadf)
     }
 
+    /// Closes every handle (FUSE_DESTROY, device reset). Handle numbers are still never reused.
+    pub fn clear(&self) {
+        self.map.write().unwrap().clear();
+    }
+
     /// Number of open handles (for tests and leak checks).
     pub fn len(&self) -> usize {
         self.map.read().unwrap().len()

@@ -401,6 +401,11 @@ impl InodeTable {
             .and_then(|n| n.stamp.replace(stamp))
     }
 
+    /// Forgets every node but the root (FUSE_DESTROY, device reset): their descriptors close.
+    pub fn clear(&self) {
+        *self.inner.write().unwrap() = InodeTable::new().inner.into_inner().unwrap();
+    }
+
     /// Number of nodes, root included (for tests and leak checks).
     pub fn len(&self) -> usize {
         self.inner.read().unwrap().nodes.len()

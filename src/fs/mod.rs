@@ -208,6 +208,13 @@ impl FileSystem for UnionFs {
             | FsOptions::MAX_PAGES)
     }
 
+    fn destroy(&self) {
+        // The session is over (FUSE_DESTROY, or the device was reset by a guest reboot): the
+        // guest holds nothing any more, so every node and handle goes, descriptors included.
+        self.handles.clear();
+        self.inodes.clear();
+    }
+
     fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         ops::lookup::lookup(self, parent, name)
     }
