@@ -634,3 +634,23 @@ fn destroy_drops_every_node_and_handle() {
     let again = walk(&f.fs, "only_b/inner.txt").unwrap();
     assert!(!read_file(&f.fs, again.inode).unwrap().is_empty());
 }
+
+#[test]
+fn directory_listings_are_freed_with_their_handles() {
+    let f = fixture();
+    let dir = walk(&f.fs, "only_b").unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..2000 {
+        let (fh, _) = f.fs.opendir(&ctx(), dir.inode, 0).unwrap();
+        let fh = fh.unwrap();
+        f.fs.readdir(&ctx(), dir.inode, fh, 4096, 0, &mut |_| Ok(1))
+            .unwrap();
+        handles.push(fh);
+    }
+    let per_listing = f.fs.listed_entries() / 2000;
+    assert!(per_listing >= 3, ". .. and inner.txt");
+    for fh in handles {
+        f.fs.releasedir(&ctx(), dir.inode, 0, fh).unwrap();
+    }
+    assert_eq!(f.fs.listed_entries(), 0);
+}

@@ -82,6 +82,8 @@ pub struct UnionFs {
     handles: HandleTable,
     /// Serializes `moveonenospc` moves.
     moves: std::sync::Mutex<()>,
+    /// Entries all open directory listings may hold together.
+    listings: readdir_snapshot::ListingBudget,
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
     /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
     fd_budget: std::sync::OnceLock<usize>,
@@ -91,6 +93,10 @@ pub struct UnionFs {
 /// the socket, the log), beyond what the guest may hold: at least this many, or a tenth of
 /// the limit when that is more.
 const FD_RESERVE: u64 = 256;
+
+/// Listing entries all open directory handles may hold together (a few hundred MiB at most):
+/// past it a directory read answers ENOMEM until other handles are released.
+const MAX_LISTED_ENTRIES: usize = 4 << 20;
 
 impl UnionFs {
     /// Opens every branch root and builds an inode table holding only the root.
@@ -138,6 +144,7 @@ impl UnionFs {
             handles: HandleTable::default(),
             moves: Default::default(),
             fd_budget: Default::default(),
+            listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
     }
 
@@ -149,6 +156,11 @@ impl UnionFs {
     /// Number of open file and directory handles.
     pub fn handle_count(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Entries held by the listings of open directory handles (bounded; freed on RELEASEDIR).
+    pub fn listed_entries(&self) -> usize {
+        self.listings.held()
     }
 
     /// The most nodes plus handles the guest may hold (each keeps a descriptor open), as

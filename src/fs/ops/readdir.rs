@@ -105,7 +105,7 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
             });
         }
     }
-    Ok(DirSnapshot { entries })
+    fs.listings.charge(entries)
 }
 
 /// The handle's listing, (re)built when the guest starts from offset 0.
