@@ -132,7 +132,7 @@ section pjdfstest cat /tmp/suite.out
 echo "=== BEGIN retries ==="
 for case in RACY_CASES; do
     if grep "$case" /tmp/suite.out | grep -q FAILED; then
-        for i in 1 2 3; do pjdfstest -c /etc/pjdfstest.toml -p /mnt/pjd -e "$case" 2>&1 | grep Summary || true; done
+        for i in 1 2 3; do pjdfstest -c /etc/pjdfstest.toml -p /mnt/pjd "$case" 2>&1 | grep Summary || true; done
     fi
 done
 echo "=== END retries ==="
@@ -159,7 +159,7 @@ echo "=== END retries ==="
         {
             let passed = retries
                 .iter()
-                .filter(|l| l.contains("0 failed") && l.contains("1 passed"))
+                .filter(|l| l.starts_with("Summary: 0 failed,") && l.contains(", 1 passed,"))
                 .count();
             eprintln!("{case} failed once (a guest-kernel race), reruns passed {passed}/3");
             if passed == 3 {

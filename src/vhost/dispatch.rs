@@ -1,25 +1,28 @@
-//! Serves one FUSE request from one descriptor chain: peeks the header, handles INIT, READ and
-//! WRITE here, hands every other opcode to fuse-backend-rs's `Server`, and makes sure every
-//! request that needs a reply gets one. Guest input is untrusted: nothing here may panic on it.
+//! Serves one FUSE request from one descriptor chain. The header is read from guest memory
+//! once; what happens next is decided by the opcode table (`opcode.rs`): INIT, READ and WRITE
+//! are served here, other known opcodes by fuse-backend-rs's `Server` from a private copy of
+//! the request (so the guest cannot change a request between the checks made on it and its
+//! use), the rest get ENOSYS. Every request that needs a reply gets one. Guest input is
+//! untrusted: nothing here may panic on it.
 
+use std::cell::RefCell;
 use std::mem::size_of;
 use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use fuse_backend_rs::abi::fuse_abi::{
-    EntryOut, FsOptions, InHeader, InitIn, InitIn2, Opcode, OpenOut, OutHeader,
-};
+use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::{Context, FileSystem};
 use fuse_backend_rs::api::server::Server;
-use fuse_backend_rs::transport::{pagesize, Reader, VirtioFsWriter, Writer};
+use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writer};
 use log::{debug, error, info, warn};
 use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::BitmapSlice;
-use vm_memory::GuestMemory;
+use vm_memory::{GuestMemory, GuestMemoryMmap};
 
 use super::init::{self, Negotiated};
 use super::io;
+use super::opcode::{self, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 
 /// Turns descriptor chains into FUSE replies for one filesystem. Shared by all queue threads
@@ -32,29 +35,10 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     limits: Mutex<Negotiated>,
 }
 
-/// Opcodes that never get a reply.
-fn is_no_reply(opcode: u32) -> bool {
-    opcode == Opcode::Forget as u32
-        || opcode == Opcode::BatchForget as u32
-        || opcode == Opcode::Interrupt as u32
-}
-
-/// Opcodes fuse-backend-rs knows. Others (including the gaps at 7 and 19, which its
-/// `Opcode::from` would transmute into invalid enum values) are answered ENOSYS here.
-fn server_knows(opcode: u32) -> bool {
-    (1..Opcode::MaxOpcode as u32).contains(&opcode) && opcode != 7 && opcode != 19
-}
-
-/// READs at least this large are worth a worker thread (reads of one file run in parallel).
-const HEAVY_READ: u32 = 64 * 1024;
-/// WRITEs at least this large are worth one: buffered writes to one file serialize on its inode
-/// lock in the host kernel, so smaller ones only add a hand-off and lock contention.
-const HEAVY_WRITE: u32 = 1024 * 1024;
-
-/// Whether the request in `chain` is costly enough to hand to a worker: large READ/WRITE and
-/// operations that change the namespace (several syscalls each). Cheap requests (getattr,
-/// lookup, small I/O…) are served on the queue thread, where a hand-off would cost more than
-/// the request. Reads only the first descriptor; anything unusual counts as cheap.
+/// Whether the request in `chain` is costly enough to hand to a worker (the opcode table's
+/// cost; for READ and WRITE, their size). Reads only the first descriptor, and only to
+/// schedule: the request itself is decoded once, later, by [`Dispatcher::handle`]. Anything
+/// unusual counts as cheap.
 pub(crate) fn is_heavy<M>(chain: &DescriptorChain<M>) -> bool
 where
     M: Deref + Clone,
@@ -71,65 +55,27 @@ where
     let Ok(hdr) = mem.read_obj::<InHeader>(first.addr()) else {
         return false;
     };
-    let op = hdr.opcode;
-    if op == Opcode::Read as u32 || op == Opcode::Write as u32 {
-        // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32).
-        let at = first.addr().checked_add(size_of::<InHeader>() as u64 + 16);
-        let fits = first.len() as usize >= size_of::<InHeader>() + 20;
-        return match at {
-            Some(a) if fits => mem.read_obj::<u32>(a).is_ok_and(|size| {
-                size >= if op == Opcode::Read as u32 {
-                    HEAVY_READ
-                } else {
-                    HEAVY_WRITE
-                }
-            }),
-            _ => false,
-        };
-    }
-    [
-        Opcode::Create,
-        Opcode::Mkdir,
-        Opcode::Mknod,
-        Opcode::Symlink,
-        Opcode::Link,
-        Opcode::Unlink,
-        Opcode::Rmdir,
-        Opcode::Rename,
-        Opcode::Rename2,
-        Opcode::Setattr,
-        Opcode::Fsync,
-        Opcode::Fsyncdir,
-        Opcode::Fallocate,
-        Opcode::Readdir,
-        Opcode::Readdirplus,
-        Opcode::Setxattr,
-        Opcode::Removexattr,
-    ]
-    .iter()
-    .any(|o| *o as u32 == op)
+    let info = opcode::info(hdr.opcode);
+    // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32).
+    let size = matches!(info.cost, opcode::Cost::FromSize(_))
+        .then(|| {
+            let at = first
+                .addr()
+                .checked_add(size_of::<InHeader>() as u64 + 16)?;
+            let fits = first.len() as usize >= size_of::<InHeader>() + 20;
+            fits.then(|| mem.read_obj::<u32>(at).ok()).flatten()
+        })
+        .flatten();
+    info.heavy(size)
 }
 
-/// The smallest reply buffer an opcode that creates guest-held state (a node reference or an
-/// open handle) needs for that state to reach the guest.
-fn min_reply(opcode: u32) -> Option<usize> {
-    const HDR: usize = size_of::<OutHeader>();
-    const ENTRY: usize = size_of::<EntryOut>();
-    const OPEN: usize = size_of::<OpenOut>();
-    match opcode {
-        x if x == Opcode::Lookup as u32
-            || x == Opcode::Mkdir as u32
-            || x == Opcode::Mknod as u32
-            || x == Opcode::Symlink as u32
-            || x == Opcode::Link as u32 =>
-        {
-            Some(HDR + ENTRY)
-        }
-        x if x == Opcode::Create as u32 => Some(HDR + ENTRY + OPEN),
-        x if x == Opcode::Open as u32 || x == Opcode::Opendir as u32 => Some(HDR + OPEN),
-        _ => None,
-    }
+std::thread_local! {
+    /// Each thread's copy of the request it is serving, reused from request to request.
+    static REQUEST: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
+
+/// The largest request the `Server` accepts (its 1 MiB data cap plus a 4 KiB header).
+const SERVER_MAX_REQUEST: usize = (1 << 20) + 0x1000;
 
 /// Whether every device-readable descriptor of `chain` comes before every writable one.
 fn readable_then_writable<M>(chain: &DescriptorChain<M>) -> bool
@@ -188,8 +134,7 @@ where
     /// number of bytes written into the chain, for `add_used`. Never panics on guest input.
     pub fn handle<M>(&self, chain: DescriptorChain<M>, queue_size: u16) -> u32
     where
-        M: Deref + Clone,
-        M::Target: GuestMemory + Sized,
+        M: Deref<Target = GuestMemoryMmap<()>> + Clone,
     {
         let head = chain.head_index();
         let mem = chain.memory();
@@ -199,22 +144,25 @@ where
             warn!("descriptor chain {head}: writable descriptor before a readable one, dropped");
             return 0;
         }
-        let hdr = match Reader::from_descriptor_chain(mem, chain.clone())
-            .ok()
-            .and_then(|mut r| r.read_obj::<InHeader>().ok())
-        {
-            Some(h) => h,
-            None => {
-                warn!("descriptor chain {head}: no readable FUSE header, dropped");
+        let mut r = match Reader::from_descriptor_chain(mem, chain.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("descriptor chain {head}: {e}, dropped");
                 return 0;
             }
         };
+        // The one read of the header from guest memory.
+        let Ok(hdr) = r.read_obj::<InHeader>() else {
+            warn!("descriptor chain {head}: no readable FUSE header, dropped");
+            return 0;
+        };
+        let info = opcode::info(hdr.opcode);
         debug!(
             "unique={} opcode={} nodeid={} len={} uid={} pid={}",
             hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
         );
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.serve(&hdr, mem, &chain, queue_size)
+            self.serve(&hdr, info, r, mem, &chain, queue_size)
         }))
         .unwrap_or_else(|_| {
             error!(
@@ -225,7 +173,7 @@ where
         });
         let used = match result {
             Ok(n) => n,
-            Err(e) if is_no_reply(hdr.opcode) => {
+            Err(e) if !info.replies => {
                 debug!("unique={} opcode={}: {e}", hdr.unique, hdr.opcode);
                 0
             }
@@ -244,66 +192,82 @@ where
         u32::try_from(used).unwrap_or(0)
     }
 
+    /// Serves a request whose header `hdr` was read (`r` is past it).
     fn serve<M>(
         &self,
         hdr: &InHeader,
+        info: opcode::OpInfo,
+        r: Reader<'_, ()>,
         mem: &M::Target,
         chain: &DescriptorChain<M>,
         queue_size: u16,
     ) -> Result<usize, RequestError>
     where
-        M: Deref + Clone,
-        M::Target: GuestMemory + Sized,
+        M: Deref<Target = GuestMemoryMmap<()>> + Clone,
     {
-        let mut r =
-            Reader::from_descriptor_chain(mem, chain.clone()).map_err(RequestError::Chain)?;
-        let w: Writer<'_, _> = VirtioFsWriter::new(mem, chain.clone())
+        let mut w: Writer<'_, ()> = VirtioFsWriter::new(mem, chain.clone())
             .map_err(RequestError::Chain)?
             .into();
         let op = hdr.opcode;
-        if op == Opcode::Init as u32 || op == Opcode::Read as u32 || op == Opcode::Write as u32 {
-            // Skip the header we already peeked.
-            r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
-            let mut ctx = Context::from(hdr);
-            if op == Opcode::Init as u32 {
-                return self.init(hdr, r, w, queue_size);
-            }
-            if let Err(e) = self.fs.id_remap(&mut ctx) {
-                let mut w = w;
-                return reply_io_error(&mut w, hdr.unique, &e);
-            }
-            let limits = self.limits();
-            if op == Opcode::Read as u32 {
-                io::read(&*self.fs, &ctx, hdr, r, w, limits.max_read(self.page_size))
-            } else {
-                io::write(&*self.fs, &ctx, hdr, r, w, limits.max_write)
-            }
-        } else if !server_knows(op) {
-            if is_no_reply(op) {
-                return Ok(0);
-            }
-            let mut w = w;
-            reply_errno(&mut w, hdr.unique, libc::ENOSYS)
-        } else {
-            if let Some(need) = min_reply(op) {
-                if w.available_bytes() < need {
-                    // The filesystem would open a handle or take a reference the guest could
-                    // never learn about (and so never release): refuse before acting.
-                    let mut w = w;
-                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+        match info.served_by {
+            ServedBy::Unsupported if !info.replies => Ok(0),
+            ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
+            ServedBy::Daemon if op == Opcode::Init as u32 => self.init(hdr, r, w, queue_size),
+            ServedBy::Daemon => {
+                let mut ctx = Context::from(hdr);
+                if let Err(e) = self.fs.id_remap(&mut ctx) {
+                    return reply_io_error(&mut w, hdr.unique, &e);
+                }
+                let limits = self.limits();
+                if op == Opcode::Read as u32 {
+                    io::read(&*self.fs, &ctx, hdr, r, w, limits.max_read(self.page_size))
+                } else {
+                    io::write(&*self.fs, &ctx, hdr, r, w, limits.max_write)
                 }
             }
-            let n = self
-                .server
-                .handle_message(r, w, None, None)
-                .map_err(RequestError::Server)?;
-            // fuse-backend-rs replies to DESTROY but reports 0 bytes written.
-            if op == Opcode::Destroy as u32 {
-                Ok(n.max(size_of::<OutHeader>()))
-            } else {
-                Ok(n)
+            ServedBy::Library => {
+                if w.available_bytes() < info.min_reply {
+                    // The filesystem would open a handle or take a reference the guest could
+                    // never learn about (and so never release): refuse before acting.
+                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+                }
+                let n = self.serve_copy(hdr, r, w)?;
+                // fuse-backend-rs replies to DESTROY but reports 0 bytes written.
+                if op == Opcode::Destroy as u32 {
+                    Ok(n.max(size_of::<OutHeader>()))
+                } else {
+                    Ok(n)
+                }
             }
         }
+    }
+
+    /// Hands the request to the `Server` from this thread's private copy: the header as read
+    /// once, then the rest of the request copied out of guest memory in one pass.
+    pub(super) fn serve_copy(
+        &self,
+        hdr: &InHeader,
+        mut r: Reader<'_, ()>,
+        w: Writer<'_, ()>,
+    ) -> Result<usize, RequestError> {
+        use vm_memory::ByteValued;
+        REQUEST.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let declared = (hdr.len as usize).max(size_of::<InHeader>());
+            let len = declared
+                .min(size_of::<InHeader>() + r.available_bytes())
+                .min(SERVER_MAX_REQUEST);
+            buf.clear();
+            buf.resize(len, 0);
+            buf[..size_of::<InHeader>()].copy_from_slice(hdr.as_slice());
+            let body = &mut buf[size_of::<InHeader>()..];
+            std::io::Read::read_exact(&mut r, body).map_err(RequestError::Decode)?;
+            let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
+                .map_err(RequestError::Chain)?;
+            self.server
+                .handle_message(copy, w, None, None)
+                .map_err(RequestError::Server)
+        })
     }
 
     fn init<S: BitmapSlice>(

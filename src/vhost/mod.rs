@@ -5,6 +5,7 @@ mod backend;
 mod dispatch;
 mod init;
 mod io;
+mod opcode;
 mod pool;
 mod reply;
 #[cfg(test)]

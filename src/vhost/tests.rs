@@ -434,3 +434,43 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
     // A header split across descriptors is not peeked at: served on the queue thread.
     assert!(!heavy(&read_req(1, 0, 1 << 20)[..20]));
 }
+
+/// The `Server` parses the header the dispatcher read, never guest memory again: a guest that
+/// rewrites its request after the dispatcher looked at it cannot change what is served.
+#[test]
+fn a_request_is_decoded_from_guest_memory_once() {
+    use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
+    let d = Dispatcher::new(FakeFs::default(), 256);
+    let mem = memory();
+    init(&d, &mem, 1024);
+    // What the dispatcher read: GETATTR (the fake filesystem answers ENOSYS).
+    let seen = header(Opcode::Getattr, 7, 16);
+    // What guest memory holds by the time the request is served: a LOOKUP of "x" (ENOENT).
+    let rewritten = message(header(Opcode::Lookup, 7, 2), &[b"x\0"]);
+    mem.write_slice(&rewritten, GuestAddress(REQ_ADDR)).unwrap();
+    let descs = [
+        RawDescriptor::from(SplitDescriptor::new(
+            REQ_ADDR,
+            (rewritten.len() + 14) as u32,
+            0,
+            0,
+        )),
+        RawDescriptor::from(SplitDescriptor::new(
+            REPLY_ADDR,
+            256,
+            VRING_DESC_F_WRITE as u16,
+            0,
+        )),
+    ];
+    let vq = MockSplitQueue::new(&mem, 16);
+    let chain = vq.build_desc_chain(&descs).unwrap();
+    let mut r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
+    r.read_obj::<InHeader>().unwrap();
+    let w: Writer<'_, ()> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+    let n = d.serve_copy(&seen, r, w).unwrap();
+    let mut reply = vec![0u8; n];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    let h = out_header(&reply);
+    assert_eq!((h.unique, h.error), (7, -libc::ENOSYS), "served as GETATTR");
+}

@@ -1,0 +1,203 @@
+//! One table of what the dispatcher knows about each FUSE opcode: whether it is answered, the
+//! smallest reply buffer that can carry the state it creates, how costly it is (queue thread
+//! or worker), and who serves it. Adding an opcode is one row here plus its handler. Pure data:
+//! no guest memory, no files.
+
+use std::mem::size_of;
+
+use fuse_backend_rs::abi::fuse_abi::{EntryOut, Opcode, OpenOut, OutHeader};
+
+/// Who answers an opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServedBy {
+    /// This project's own handler (INIT, READ and WRITE: fuse-backend-rs caps them at 256
+    /// pages and 1 MiB).
+    Daemon,
+    /// fuse-backend-rs's `Server`, calling the `FileSystem` implementation.
+    Library,
+    /// Nobody yet: answered ENOSYS (the guest then stops sending it or falls back).
+    Unsupported,
+}
+
+/// How much work a request is, to decide where it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cost {
+    /// Served on the queue thread: a hand-off to a worker would cost more than the request.
+    Cheap,
+    /// Several syscalls or a possible block (namespace changes, fsync, listings): a worker.
+    Costly,
+    /// READ/WRITE: a worker from this many payload bytes on.
+    FromSize(u32),
+}
+
+/// The facts about one opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpInfo {
+    /// Whether the guest waits for a reply (FORGET, BATCH_FORGET and INTERRUPT get none).
+    pub replies: bool,
+    /// The smallest reply buffer that can carry the node reference or handle this opcode
+    /// creates (0: it creates none). A smaller buffer is refused before the filesystem acts.
+    pub min_reply: usize,
+    /// Where it runs.
+    pub cost: Cost,
+    /// Who answers it.
+    pub served_by: ServedBy,
+}
+
+/// READs at least this large are worth a worker thread (reads of one file run in parallel).
+const HEAVY_READ: u32 = 64 * 1024;
+/// WRITEs at least this large are worth one: buffered writes to one file serialize on its
+/// inode lock in the host kernel, so smaller ones only add a hand-off and lock contention.
+const HEAVY_WRITE: u32 = 1024 * 1024;
+
+const HDR: usize = size_of::<OutHeader>();
+const ENTRY: usize = HDR + size_of::<EntryOut>();
+const OPEN: usize = HDR + size_of::<OpenOut>();
+
+/// Opcodes newer than fuse-backend-rs 0.14's `Opcode` enum.
+const SYNCFS: u32 = 50;
+const TMPFILE: u32 = 51;
+const STATX: u32 = 52;
+
+use Cost::{Cheap, Costly, FromSize};
+use ServedBy::{Daemon, Library, Unsupported};
+
+const fn row(replies: bool, min_reply: usize, cost: Cost, served_by: ServedBy) -> OpInfo {
+    OpInfo {
+        replies,
+        min_reply,
+        cost,
+        served_by,
+    }
+}
+
+/// Anything not in [`ROWS`]: unknown or unsupported, answered ENOSYS at once.
+const UNKNOWN: OpInfo = row(true, 0, Cheap, Unsupported);
+
+/// Every opcode the daemon answers other than with ENOSYS.
+const ROWS: &[(u32, OpInfo)] = &[
+    (Opcode::Lookup as u32, row(true, ENTRY, Cheap, Library)),
+    (Opcode::Forget as u32, row(false, 0, Cheap, Library)),
+    (Opcode::Getattr as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Setattr as u32, row(true, 0, Costly, Library)),
+    (Opcode::Readlink as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Symlink as u32, row(true, ENTRY, Costly, Library)),
+    (Opcode::Mknod as u32, row(true, ENTRY, Costly, Library)),
+    (Opcode::Mkdir as u32, row(true, ENTRY, Costly, Library)),
+    (Opcode::Unlink as u32, row(true, 0, Costly, Library)),
+    (Opcode::Rmdir as u32, row(true, 0, Costly, Library)),
+    (Opcode::Rename as u32, row(true, 0, Costly, Library)),
+    (Opcode::Link as u32, row(true, ENTRY, Costly, Library)),
+    (Opcode::Open as u32, row(true, OPEN, Cheap, Library)),
+    (
+        Opcode::Read as u32,
+        row(true, 0, FromSize(HEAVY_READ), Daemon),
+    ),
+    (
+        Opcode::Write as u32,
+        row(true, 0, FromSize(HEAVY_WRITE), Daemon),
+    ),
+    (Opcode::Statfs as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Release as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Fsync as u32, row(true, 0, Costly, Library)),
+    (Opcode::Setxattr as u32, row(true, 0, Costly, Library)),
+    (Opcode::Getxattr as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Listxattr as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Removexattr as u32, row(true, 0, Costly, Library)),
+    (Opcode::Flush as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Init as u32, row(true, 0, Cheap, Daemon)),
+    (Opcode::Opendir as u32, row(true, OPEN, Cheap, Library)),
+    (Opcode::Readdir as u32, row(true, 0, Costly, Library)),
+    (Opcode::Releasedir as u32, row(true, 0, Cheap, Library)),
+    (Opcode::Fsyncdir as u32, row(true, 0, Costly, Library)),
+    (Opcode::Access as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Create as u32,
+        row(true, ENTRY + size_of::<OpenOut>(), Costly, Library),
+    ),
+    (Opcode::Interrupt as u32, row(false, 0, Cheap, Library)),
+    (Opcode::Destroy as u32, row(true, 0, Cheap, Library)),
+    (Opcode::BatchForget as u32, row(false, 0, Cheap, Library)),
+    (Opcode::Fallocate as u32, row(true, 0, Costly, Library)),
+    (Opcode::Readdirplus as u32, row(true, 0, Costly, Library)),
+    (Opcode::Rename2 as u32, row(true, 0, Costly, Library)),
+    (Opcode::Lseek as u32, row(true, 0, Cheap, Library)),
+    // The kernel's answer to a retrieve notification, which this daemon never sends.
+    (
+        Opcode::NotifyReply as u32,
+        row(false, 0, Cheap, Unsupported),
+    ),
+    (SYNCFS, UNKNOWN),
+    (TMPFILE, UNKNOWN),
+    (STATX, UNKNOWN),
+];
+
+/// Table size: one past the largest opcode in [`ROWS`].
+const SLOTS: usize = 64;
+
+const fn build() -> [OpInfo; SLOTS] {
+    let mut t = [UNKNOWN; SLOTS];
+    let mut i = 0;
+    while i < ROWS.len() {
+        t[ROWS[i].0 as usize] = ROWS[i].1;
+        i += 1;
+    }
+    t
+}
+
+static TABLE: [OpInfo; SLOTS] = build();
+
+/// The facts about `opcode` (any value the guest sends; unknown ones are [`UNKNOWN`]).
+pub(crate) fn info(opcode: u32) -> OpInfo {
+    TABLE.get(opcode as usize).copied().unwrap_or(UNKNOWN)
+}
+
+impl OpInfo {
+    /// Whether a request of this opcode, whose READ/WRITE payload size is `size`, goes to a
+    /// worker.
+    pub(crate) fn heavy(&self, size: Option<u32>) -> bool {
+        match self.cost {
+            Cheap => false,
+            Costly => true,
+            FromSize(at) => size.is_some_and(|s| s >= at),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_answers_every_opcode() {
+        assert_eq!(info(Opcode::Init as u32).served_by, Daemon);
+        assert_eq!(info(Opcode::Lookup as u32).min_reply, ENTRY);
+        assert_eq!(
+            info(Opcode::Create as u32).min_reply,
+            ENTRY + size_of::<OpenOut>()
+        );
+        assert!(!info(Opcode::Forget as u32).replies);
+        assert!(!info(Opcode::BatchForget as u32).replies);
+        assert!(!info(Opcode::Interrupt as u32).replies);
+        assert!(!info(Opcode::NotifyReply as u32).replies);
+        // Gaps, newer opcodes and garbage are unsupported but answered.
+        for op in [
+            0,
+            7,
+            19,
+            Opcode::Getlk as u32,
+            STATX,
+            63,
+            64,
+            4096,
+            u32::MAX,
+        ] {
+            assert_eq!(info(op), UNKNOWN, "opcode {op}");
+        }
+        assert!(info(Opcode::Read as u32).heavy(Some(HEAVY_READ)));
+        assert!(!info(Opcode::Read as u32).heavy(Some(4096)));
+        assert!(!info(Opcode::Write as u32).heavy(None));
+        assert!(info(Opcode::Rename as u32).heavy(None));
+        assert!(!info(Opcode::Getattr as u32).heavy(None));
+    }
+}
