@@ -414,3 +414,53 @@ fn moveonenospc_moves_the_file_and_loses_no_byte() {
     assert_eq!(m.permissions().mode() & 0o7777, 0o711, "parent path cloned");
     assert_eq!(read_file(&fs, e.inode).unwrap().len(), data.len());
 }
+
+/// The move copies the file behind the handle, never whatever now sits at its path: a host
+/// device node swapped in under the file's name is neither read nor removed.
+#[test]
+fn moveonenospc_copies_the_handles_own_file_not_its_path() {
+    let small = Tmpfs::new("1M");
+    let big = Tmpfs::new("16M");
+    let (a, b) = (small.0.path(), big.0.path());
+    let fs = union_with(
+        &[(a, "RW"), (b, "RW")],
+        "category.create=ff,minfreespace=0,moveonenospc=mfs",
+    );
+    let e = create_file(&fs, ROOT_ID, "f", b"").unwrap();
+    let (fh, _, _) = fs.open(&ctx(), e.inode, libc::O_WRONLY as u32, 0).unwrap();
+    let fh = fh.unwrap();
+    let head: Vec<u8> = (0..600u32 << 10).map(|i| (i % 253) as u8).collect();
+    assert_eq!(write_at(&fs, e.inode, fh, &head, 0).unwrap(), head.len());
+    // The path and the handle drift apart: the file is renamed away on the host and a
+    // device node (/dev/null's numbers) takes its name.
+    fs::rename(a.join("f"), a.join("elsewhere")).unwrap();
+    let ok = std::process::Command::new("mknod")
+        .arg(a.join("f"))
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    // Fill the small branch: the next write fails with ENOSPC and triggers the move.
+    let tail: Vec<u8> = vec![7u8; 600 << 10];
+    assert_eq!(
+        write_at(&fs, e.inode, fh, &tail, head.len() as u64).unwrap(),
+        tail.len()
+    );
+    fs.release(&ctx(), e.inode, 0, fh, false, false, None)
+        .unwrap();
+    let moved = fs::read(b.join("f")).unwrap();
+    assert_eq!(moved.len(), head.len() + tail.len());
+    assert!(
+        moved[..head.len()] == head[..],
+        "the handle's own data was copied"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        fs::symlink_metadata(a.join("f"))
+            .unwrap()
+            .file_type()
+            .is_char_device(),
+        "the device node that took the name is left alone"
+    );
+}
