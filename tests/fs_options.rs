@@ -464,3 +464,26 @@ fn moveonenospc_copies_the_handles_own_file_not_its_path() {
         "the device node that took the name is left alone"
     );
 }
+
+/// The size a guest names for GETXATTR/LISTXATTR is capped before anything is allocated
+/// (4 GiB asked, the value still comes back whole).
+#[test]
+fn xattr_sizes_from_the_guest_are_capped() {
+    let d = tempfile::tempdir().unwrap();
+    fs::write(d.path().join("f"), "x").unwrap();
+    let value = vec![b'v'; 3000];
+    xattr_set(&d.path().join("f"), "user.big", &value);
+    let fs = union_with(&[(d.path(), "RW")], "minfreespace=0");
+    let f = walk(&fs, "f").unwrap();
+    match fs
+        .getxattr(&ctx(), f.inode, &c("user.big"), u32::MAX)
+        .unwrap()
+    {
+        GetxattrReply::Value(v) => assert!(v == value),
+        GetxattrReply::Count(n) => panic!("expected the value, got a count {n}"),
+    }
+    match fs.listxattr(&ctx(), f.inode, u32::MAX).unwrap() {
+        ListxattrReply::Names(n) => assert_eq!(n, b"user.big\0"),
+        ListxattrReply::Count(n) => panic!("expected names, got a count {n}"),
+    }
+}

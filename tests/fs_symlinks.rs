@@ -8,6 +8,7 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
 use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
+use union_virtiofsd::fs::ROOT_ID;
 
 #[test]
 fn follow_symlinks_modes_stay_inside_the_branch() {
@@ -131,4 +132,34 @@ fn symlinkify_shows_old_unwritable_files_as_links_to_their_host_path() {
         walk(&fs, "old").unwrap().attr.st_mode & libc::S_IFMT,
         libc::S_IFREG
     );
+}
+
+/// A symlink shown as a directory (follow-symlinks) must not let a rename make a directory its
+/// own ancestor: the node table refuses it (EINVAL), nothing moves on the host, and every path
+/// walk still ends (getattr, lookup and a listing keep answering).
+#[test]
+fn a_rename_never_makes_a_directory_its_own_ancestor() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    fs::create_dir_all(p.join("t/inner")).unwrap();
+    symlink("t", p.join("s")).unwrap();
+    let fs = union_with(&[(p, "RW")], "follow-symlinks=directory,minfreespace=0");
+    let t = walk(&fs, "t").unwrap();
+    let s = walk(&fs, "s").unwrap();
+    let inner = walk(&fs, "s/inner").unwrap();
+    assert_eq!(s.attr.st_mode & libc::S_IFMT, libc::S_IFDIR);
+    // Move t into what is t itself seen through s, or into its own child.
+    for (newdir, what) in [(s.inode, "s"), (inner.inode, "s/inner"), (t.inode, "t")] {
+        assert_eq!(
+            errno_of(fs.rename(&ctx(), ROOT_ID, &c("t"), newdir, &c("loop"), 0)),
+            libc::EINVAL,
+            "rename t into {what}"
+        );
+    }
+    assert!(p.join("t/inner").is_dir() && !p.join("t/loop").exists());
+    // The daemon keeps serving and every walk ends.
+    fs.getattr(&ctx(), inner.inode, None).unwrap();
+    walk(&fs, "t/inner").unwrap();
+    walk(&fs, "s/inner").unwrap();
+    assert!(list(&fs, s.inode).iter().any(|(n, _)| n == "inner"));
 }
