@@ -21,6 +21,58 @@ pub enum LogLevel {
     Debug,
     /// Everything, including library internals.
     Trace,
+    /// Nothing at all.
+    Off,
+}
+
+/// virtiofsd's `--cache` policies, mapped onto the union's cache options by `config`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CachePolicy {
+    /// Names and attributes cached briefly, file data cached while unchanged (the default).
+    Auto,
+    /// Names, attributes and data cached for a day (the share is not changed from the host).
+    Always,
+    /// Names and attributes cached for a day, file data never.
+    Metadata,
+    /// Nothing cached in the guest (`none` in virtiofsd's legacy `-o cache=`).
+    #[value(alias = "none")]
+    Never,
+}
+
+/// virtiofsd's `--sandbox` modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    /// New mount, PID and network namespaces with the shared directories as the only content.
+    Namespace,
+    /// chroot into the shared directory (hosts without namespaces).
+    Chroot,
+    /// No sandbox.
+    None,
+}
+
+/// virtiofsd's `--seccomp` actions for a system call outside the allowlist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SeccompAction {
+    /// No filter.
+    None,
+    /// Kill the daemon.
+    Kill,
+    /// Log the call and allow it.
+    Log,
+    /// Send SIGSYS.
+    Trap,
+}
+
+/// virtiofsd's `--inode-file-handles` modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InodeFileHandles {
+    /// Always O_PATH descriptors (what this daemon does).
+    Never,
+    /// File handles where the filesystem supports them.
+    #[value(alias = "fallback")]
+    Prefer,
+    /// File handles only.
+    Mandatory,
 }
 
 /// A mergerfs branch list as given to `--branches` (`/a=RW:/b=RO`).
@@ -122,4 +174,231 @@ pub struct Args {
     /// Do not support extended attributes.
     #[arg(long, overrides_with = "xattr", action = ArgAction::SetTrue)]
     pub no_xattr: bool,
+
+    // ---- virtiofsd 1.14's command line (launchers pass it unchanged) ----
+    /// vhost-user socket path [deprecated alias of --socket-path].
+    #[arg(long = "socket", value_name = "PATH", conflicts_with_all = ["fd", "socket_path"])]
+    pub socket: Option<PathBuf>,
+
+    /// Group that owns the vhost-user socket (the socket becomes group read/writable).
+    #[arg(long, value_name = "GROUP", conflicts_with = "fd")]
+    pub socket_group: Option<String>,
+
+    /// The tag the device advertises in its config space (VHOST_USER_PROTOCOL_F_CONFIG; at
+    /// most 36 bytes). QEMU supplies its own tag and ignores this one.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
+
+    /// Support POSIX ACLs (implies --xattr): the guest kernel enforces them (FUSE_POSIX_ACL).
+    #[arg(long)]
+    pub posix_acl: bool,
+
+    /// virtiofsd's xattr name mapping rules (not supported: names pass through unchanged).
+    #[arg(long, value_name = "RULES")]
+    pub xattrmap: Option<String>,
+
+    /// Security label support (not supported: a note is logged).
+    #[arg(long)]
+    pub security_label: bool,
+
+    /// Sandbox mechanism isolating the daemon.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
+
+    /// Action on a system call outside the allowlist.
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub seccomp: Option<SeccompAction>,
+
+    /// Change the capability set, e.g. +sys_admin:-chown.
+    #[arg(long, value_name = "CAPS")]
+    pub modcaps: Option<String>,
+
+    /// The whole share is read-only, whatever the branch modes: every change is EROFS.
+    #[arg(long)]
+    pub readonly: bool,
+
+    /// Tell the guest which directories are mount points (accepted; nothing is announced).
+    #[arg(long, overrides_with = "no_announce_submounts")]
+    pub announce_submounts: bool,
+
+    /// Do not tell the guest which directories are mount points.
+    #[arg(long, overrides_with = "announce_submounts")]
+    pub no_announce_submounts: bool,
+
+    /// When to reference inodes by file handle (this daemon always keeps O_PATH descriptors).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub inode_file_handles: Option<InodeFileHandles>,
+
+    /// virtiofsd's caching policy (auto, always, metadata, never): sets cache.files,
+    /// cache.attr and cache.entry.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub cache: Option<CachePolicy>,
+
+    /// Allow shared mmap with cache=never/metadata (DAX is not offered: a note is logged).
+    #[arg(long)]
+    pub allow_mmap: bool,
+
+    /// Do not offer READDIRPLUS.
+    #[arg(long)]
+    pub no_readdirplus: bool,
+
+    /// Writeback caching in the guest (not offered: writes go through; a note is logged).
+    #[arg(long)]
+    pub writeback: bool,
+
+    /// Honour O_DIRECT from the guest (always done here).
+    #[arg(long)]
+    pub allow_direct_io: bool,
+
+    /// Negotiate FUSE_HANDLE_KILLPRIV_V2 (the default here, unlike virtiofsd).
+    #[arg(long, overrides_with = "no_killpriv_v2")]
+    pub killpriv_v2: bool,
+
+    /// Do not negotiate FUSE_HANDLE_KILLPRIV_V2 (the guest kernel clears privileges).
+    #[arg(long, overrides_with = "killpriv_v2")]
+    pub no_killpriv_v2: bool,
+
+    /// Keep O_NOATIME on guest opens (it is always dropped here; a note is logged).
+    #[arg(long)]
+    pub preserve_noatime: bool,
+
+    /// Log to syslog (logs stay on stderr; a note is logged).
+    #[arg(long)]
+    pub syslog: bool,
+
+    /// Set the open-file limit to N (0 leaves it unchanged; default: raise the soft limit to
+    /// the hard one).
+    #[arg(long, value_name = "N")]
+    pub rlimit_nofile: Option<u64>,
+
+    /// A uid range for the daemon's user namespace, `:ns_uid:host_uid:count:` (repeatable).
+    #[arg(long, value_name = ":NS:HOST:COUNT:")]
+    pub uid_map: Vec<IdMap>,
+
+    /// A gid range for the daemon's user namespace, `:ns_gid:host_gid:count:` (repeatable).
+    #[arg(long, value_name = ":NS:HOST:COUNT:")]
+    pub gid_map: Vec<IdMap>,
+
+    /// Guest/host uid translation, `TYPE:SOURCE:TARGET:COUNT` (repeatable).
+    #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
+    pub translate_uid: Vec<Translate>,
+
+    /// Guest/host gid translation, `TYPE:SOURCE:TARGET:COUNT` (repeatable).
+    #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
+    pub translate_gid: Vec<Translate>,
+
+    /// Migration mode (migration is not supported).
+    #[arg(long, value_name = "MODE")]
+    pub migration_mode: Option<String>,
+
+    /// Migration error handling (migration is not supported).
+    #[arg(long, value_name = "MODE")]
+    pub migration_on_error: Option<String>,
+
+    /// Migration handle verification (migration is not supported).
+    #[arg(long)]
+    pub migration_verify_handles: bool,
+
+    /// Migration path confirmation (migration is not supported).
+    #[arg(long)]
+    pub migration_confirm_paths: bool,
+
+    /// Log level debug [deprecated virtiofsd flag].
+    #[arg(short = 'd')]
+    pub debug: bool,
+
+    /// Stay in the foreground (always) [deprecated virtiofsd flag].
+    #[arg(short = 'f')]
+    pub foreground: bool,
+}
+
+/// One `--uid-map`/`--gid-map` range: `:namespace_id:host_id:count:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    /// First id inside the namespace.
+    pub inside: u32,
+    /// First id on the host.
+    pub outside: u32,
+    /// How many ids.
+    pub count: u32,
+}
+
+impl std::str::FromStr for IdMap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let bad = || format!("'{s}': expected :namespace_id:host_id:count:");
+        let [_, a, b, c, _] = parts[..] else {
+            return Err(bad());
+        };
+        let n = |x: &str| x.parse::<u32>().map_err(|_| bad());
+        Ok(IdMap {
+            inside: n(a)?,
+            outside: n(b)?,
+            count: n(c)?,
+        })
+    }
+}
+
+/// How a `--translate-uid/gid` range maps ids (virtiofsd's types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TranslateKind {
+    /// 1:1 guest range to host range.
+    Guest,
+    /// 1:1 host range to guest range.
+    Host,
+    /// A guest range to one host id.
+    SquashGuest,
+    /// A host range to one guest id.
+    SquashHost,
+    /// A guest range refused.
+    ForbidGuest,
+    /// Both directions 1:1.
+    Map,
+}
+
+/// One `--translate-uid/gid` rule: `TYPE:SOURCE:TARGET:COUNT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Translate {
+    /// The kind of mapping.
+    pub kind: TranslateKind,
+    /// First id of the source range.
+    pub from: u32,
+    /// First id of the target range (unused by forbid-guest).
+    pub to: u32,
+    /// How many ids.
+    pub count: u32,
+}
+
+impl std::str::FromStr for Translate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("'{s}': expected TYPE:SOURCE:TARGET:COUNT");
+        let parts: Vec<&str> = s.split(':').collect();
+        let n = |x: &str| x.parse::<u32>().map_err(|_| bad());
+        let kind = match parts.first().copied() {
+            Some("guest") => TranslateKind::Guest,
+            Some("host") => TranslateKind::Host,
+            Some("squash-guest") => TranslateKind::SquashGuest,
+            Some("squash-host") => TranslateKind::SquashHost,
+            Some("forbid-guest") => TranslateKind::ForbidGuest,
+            Some("map") => TranslateKind::Map,
+            _ => return Err(bad()),
+        };
+        match parts[1..] {
+            [a, b, c] => Ok(Translate {
+                kind,
+                from: n(a)?,
+                to: n(b)?,
+                count: n(c)?,
+            }),
+            [a, c] if kind == TranslateKind::ForbidGuest => Ok(Translate {
+                kind,
+                from: n(a)?,
+                to: 0,
+                count: n(c)?,
+            }),
+            _ => Err(bad()),
+        }
+    }
 }

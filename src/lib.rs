@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod config;
+pub mod confine;
 pub mod fs;
 pub mod sys;
 pub mod union;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
-use log::{error, LevelFilter};
+use log::error;
 
 use union_virtiofsd::args::Args;
 use union_virtiofsd::config::Config;
@@ -22,8 +22,10 @@ fn main() -> ExitCode {
         println!("{}", vhost::capabilities_json());
         return ExitCode::SUCCESS;
     }
+    // RUST_LOG, when set (Podman passes RUST_LOG=ERROR), wins as it does for virtiofsd.
     env_logger::Builder::new()
-        .filter_level(LevelFilter::from(args.log_level))
+        .filter_level(union_virtiofsd::config::early_log_level(&args))
+        .parse_env("RUST_LOG")
         .format_timestamp_millis()
         .target(env_logger::Target::Stderr)
         .init();
@@ -49,9 +51,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match union_virtiofsd::sys::limits::raise_nofile() {
+    for note in &cfg.notes {
+        log::warn!("{note}");
+    }
+    union_virtiofsd::confine::report(&cfg.confinement);
+    match union_virtiofsd::sys::limits::set_nofile(cfg.rlimit_nofile) {
         Ok(n) => log::info!("open file limit: {n}"),
-        Err(e) => log::warn!("cannot raise the open file limit: {e}"),
+        Err(e) => log::warn!("cannot set the open file limit: {e}"),
     }
     // The socket exists now with the inherited umask; from here on the guest's umask rules.
     set_umask(0);

@@ -122,6 +122,18 @@ fn help_lists_every_option_and_capabilities_are_json() {
         "--minfreespace",
         "--xattr",
         "--no-xattr",
+        "--readonly",
+        "--sandbox",
+        "--seccomp",
+        "--tag",
+        "--cache",
+        "--socket-group",
+        "--rlimit-nofile",
+        "--uid-map",
+        "--translate-uid",
+        "--inode-file-handles",
+        "--announce-submounts",
+        "--killpriv-v2",
     ] {
         assert!(out.contains(opt), "--help lacks {opt}");
     }
@@ -134,5 +146,7 @@ fn help_lists_every_option_and_capabilities_are_json() {
     let (code, out, _) = run(&["--print-capabilities"]);
     assert_eq!(code, 0);
     let compact: String = out.split_whitespace().collect();
-    assert_eq!(compact, r#"{"type":"fs"}"#);
+    // separate-options: libvirt may pass --shared-dir and friends; no migrate-precopy (no
+    // migration support).
+    assert_eq!(compact, r#"{"type":"fs","features":["separate-options"]}"#);
 }

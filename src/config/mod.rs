@@ -4,12 +4,13 @@
 //! directories are opened later by `fs`.
 
 pub mod registry;
+pub mod virtiofsd;
 
 use std::os::unix::io::RawFd;
 
 use log::LevelFilter;
 
-use crate::args::{Args, LogLevel};
+use crate::args::{Args, CachePolicy, IdMap, LogLevel, SandboxMode, SeccompAction, Translate};
 use crate::fs::FsConfig;
 use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
@@ -65,6 +66,31 @@ pub enum ConfigError {
     /// A branch path pattern is malformed or matches no directory.
     #[error("branch pattern '{0}' matches no directory")]
     Glob(String),
+    /// --tag longer than the config space's 36 bytes, or empty.
+    #[error("--tag '{0}': must be 1 to 36 bytes")]
+    Tag(String),
+    /// --socket-group names no group.
+    #[error("--socket-group '{0}': no such group")]
+    SocketGroup(String),
+}
+
+/// What the confinement settings ask for (sandbox, seccomp, capabilities, id mapping).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confinement {
+    /// `--sandbox` (default namespace, as virtiofsd).
+    pub sandbox: SandboxMode,
+    /// `--seccomp` (default kill, as virtiofsd).
+    pub seccomp: SeccompAction,
+    /// `--modcaps`.
+    pub modcaps: Option<String>,
+    /// `--uid-map` ranges.
+    pub uid_map: Vec<IdMap>,
+    /// `--gid-map` ranges.
+    pub gid_map: Vec<IdMap>,
+    /// `--translate-uid` rules.
+    pub translate_uid: Vec<Translate>,
+    /// `--translate-gid` rules.
+    pub translate_gid: Vec<Translate>,
 }
 
 /// The checked configuration of one daemon run.
@@ -76,6 +102,12 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// The filesystem settings.
     pub fs: FsConfig,
+    /// What the confinement flags ask for.
+    pub confinement: Confinement,
+    /// `--rlimit-nofile` (None: raise the soft limit to the hard one; 0: leave it).
+    pub rlimit_nofile: Option<u64>,
+    /// One line each for settings that are accepted but not (fully) honoured, logged at start.
+    pub notes: Vec<String>,
 }
 
 impl From<LogLevel> for LevelFilter {
@@ -86,6 +118,7 @@ impl From<LogLevel> for LevelFilter {
             LogLevel::Info => LevelFilter::Info,
             LogLevel::Debug => LevelFilter::Debug,
             LogLevel::Trace => LevelFilter::Trace,
+            LogLevel::Off => LevelFilter::Off,
         }
     }
 }
@@ -94,8 +127,12 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
-        let settings = union_settings(&args)?;
-        let listen = match (args.socket_path, args.fd) {
+        let mut settings = union_settings(&args)?;
+        let mut notes = Vec::new();
+        let legacy = settings.virtiofsd.clone();
+        apply_virtiofsd(&args, &legacy, &mut settings, &mut notes)?;
+        let socket_path = args.socket_path.clone().or(args.socket.clone());
+        let listen = match (socket_path, args.fd) {
             (Some(_), Some(_)) => return Err(ConfigError::TwoListeners),
             (None, None) => return Err(ConfigError::NoListener),
             (Some(p), None) => Listen::Path(p),
@@ -107,22 +144,40 @@ impl TryFrom<Args> for Config {
         };
 
         let mut branches = Vec::new();
-        if let Some(dir) = args.shared_dir {
+        if let Some(dir) = args.shared_dir.clone().or(legacy.source.clone()) {
             branches.push(crate::union::Branch {
                 path: dir,
                 mode: crate::union::BranchMode::RW,
                 min_free: None,
             });
         }
-        branches.extend(args.branches.map(|l| l.0).unwrap_or_default());
-        branches.extend(args.branch);
+        branches.extend(args.branches.clone().map(|l| l.0).unwrap_or_default());
+        branches.extend(args.branch.clone());
         if branches.is_empty() {
             branches = settings.branches.clone();
         }
-        let branches = expand_globs(branches)?;
+        let mut branches = expand_globs(branches)?;
         if branches.is_empty() {
             return Err(ConfigError::NoBranches);
         }
+        if args.readonly {
+            // The whole share is read-only: every branch is RO, so every change is EROFS.
+            for b in &mut branches {
+                b.mode = crate::union::BranchMode::RO;
+            }
+        }
+        if let Some(tag) = &args.tag {
+            if tag.is_empty() || tag.len() > 36 {
+                return Err(ConfigError::Tag(tag.clone()));
+            }
+        }
+        let socket_group = match &args.socket_group {
+            Some(g) => Some(
+                crate::sys::files::group_id(g)
+                    .ok_or_else(|| ConfigError::SocketGroup(g.clone()))?,
+            ),
+            None => None,
+        };
 
         let max_pages = u16::try_from(args.max_pages)
             .ok()
@@ -141,20 +196,142 @@ impl TryFrom<Args> for Config {
             return Err(ConfigError::ThreadPoolSize(thread_pool_size));
         }
 
+        let confinement = Confinement {
+            sandbox: args
+                .sandbox
+                .or(legacy.sandbox)
+                .unwrap_or(SandboxMode::Namespace),
+            seccomp: args.seccomp.unwrap_or(SeccompAction::Kill),
+            modcaps: args.modcaps.clone().or(legacy.modcaps.clone()),
+            uid_map: args.uid_map.clone(),
+            gid_map: args.gid_map.clone(),
+            translate_uid: args.translate_uid.clone(),
+            translate_gid: args.translate_gid.clone(),
+        };
         Ok(Config {
-            log_level: args.log_level.into(),
+            log_level: early_log_level(&args),
             daemon: DaemonConfig {
                 listen,
                 thread_pool_size,
                 max_pages,
                 num_request_queues,
+                tag: args.tag.clone(),
+                socket_group,
             },
             fs: FsConfig {
                 branches,
                 opts: settings.opts,
             },
+            confinement,
+            rlimit_nofile: args.rlimit_nofile,
+            notes,
         })
     }
+}
+
+/// The log level in force from the first line on: `-d`, `-o loglevel=`, then `--log-level`
+/// (the last given wins only among equals: an explicit --log-level other than the default beats
+/// the legacy spellings).
+pub fn early_log_level(args: &Args) -> LevelFilter {
+    if args.log_level != LogLevel::Info {
+        return args.log_level.into();
+    }
+    if args.debug {
+        return LevelFilter::Debug;
+    }
+    let mut s = Settings::default();
+    for list in &args.options {
+        // Errors are reported later, by Config::try_from.
+        let _ = s.apply_list(list);
+    }
+    s.virtiofsd.log_level.unwrap_or(LevelFilter::Info)
+}
+
+/// Maps virtiofsd's typed flags and legacy keys onto the union options, and records a note for
+/// each setting that is accepted but cannot be honoured by this daemon.
+fn apply_virtiofsd(
+    args: &Args,
+    legacy: &virtiofsd::Legacy,
+    s: &mut Settings,
+    notes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    const DAY: &str = "86400";
+    match args.cache.or(legacy.cache) {
+        None | Some(CachePolicy::Auto) => {}
+        Some(CachePolicy::Always) => {
+            s.apply("cache.files", "full")?;
+            s.apply("cache.attr", DAY)?;
+            s.apply("cache.entry", DAY)?;
+        }
+        Some(CachePolicy::Metadata) => {
+            s.apply("cache.files", "off")?;
+            s.apply("cache.attr", DAY)?;
+            s.apply("cache.entry", DAY)?;
+        }
+        Some(CachePolicy::Never) => {
+            s.apply("cache.files", "off")?;
+            s.apply("cache.attr", "0")?;
+            s.apply("cache.entry", "0")?;
+        }
+    }
+    if let Some(t) = legacy.timeout {
+        s.opts.cache_attr = t;
+        s.opts.cache_entry = t;
+    }
+    if args.no_killpriv_v2 || legacy.killpriv_v2 == Some(false) {
+        s.opts.killpriv_v2 = false;
+    }
+    if args.no_readdirplus || legacy.readdirplus == Some(false) {
+        s.opts.readdirplus = false;
+    }
+    if args.posix_acl || legacy.posix_acl == Some(true) {
+        s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
+        notes.push("--posix-acl: ACL xattrs are stored on the host, but FUSE_POSIX_ACL is not negotiated: the guest checks only mode bits".into());
+    }
+    if args.security_label || legacy.security_label == Some(true) {
+        notes.push("--security-label: security labels are not supported; new files get the host's default label".into());
+    }
+    if args.xattrmap.is_some() || legacy.xattrmap.is_some() {
+        notes.push(
+            "--xattrmap: xattr name mapping is not supported; names pass through unchanged".into(),
+        );
+    }
+    if args.writeback || legacy.writeback == Some(true) {
+        notes.push(
+            "--writeback: writeback caching is not offered; writes go through to the host".into(),
+        );
+    }
+    if legacy.locks == Some(true) {
+        notes.push(
+            "-o flock/posix_lock: host-side locks are not offered; the guest keeps its locks local"
+                .into(),
+        );
+    }
+    if args.allow_mmap {
+        notes.push(
+            "--allow-mmap: DAX is not offered; shared mmap works through the guest page cache"
+                .into(),
+        );
+    }
+    if args.preserve_noatime {
+        notes.push("--preserve-noatime: O_NOATIME from the guest is always dropped".into());
+    }
+    if args.syslog {
+        notes.push("--syslog: logging to syslog is not supported; logs go to stderr".into());
+    }
+    if args.inode_file_handles == Some(crate::args::InodeFileHandles::Mandatory) {
+        notes.push(
+            "--inode-file-handles=mandatory: nodes keep O_PATH descriptors (as 'never')".into(),
+        );
+    }
+    if args.migration_mode.is_some()
+        || args.migration_on_error.is_some()
+        || args.migration_verify_handles
+        || args.migration_confirm_paths
+    {
+        notes.push("--migration-*: migration is not supported".into());
+    }
+    Ok(())
 }
 
 /// Applies, in order, the --config file, every -o list and the typed flags to the defaults.

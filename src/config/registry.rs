@@ -52,6 +52,8 @@ pub struct Settings {
     pub opts: UnionOptions,
     /// Branches given with `branches=` (config files, as mergerfs allows).
     pub branches: Vec<Branch>,
+    /// virtiofsd's legacy `-o` keys.
+    pub virtiofsd: super::virtiofsd::Legacy,
 }
 
 /// One registered option.
@@ -148,11 +150,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         "ro" => StatfsIgnore::Ro,
         "nc" => StatfsIgnore::Nc,
     }) },
-    OptionSpec { name: "xattr", help: "passthrough|noattr|nosys (default passthrough)", set: choice!(xattr, "passthrough, noattr or nosys", {
+    OptionSpec { name: "xattr", help: "passthrough|noattr|nosys (default passthrough); a bare `xattr` (virtiofsd) is passthrough", set: choice!(xattr, "passthrough, noattr or nosys", {
+        "" => XattrMode::Passthrough,
         "passthrough" => XattrMode::Passthrough,
         "noattr" => XattrMode::Noattr,
         "nosys" => XattrMode::Nosys,
     }) },
+    OptionSpec { name: "no-xattr", help: "virtiofsd: no extended attributes (xattr=nosys)", set: |s, v| {
+        if !v.is_empty() {
+            return Err(Expected("no value"));
+        }
+        s.opts.xattr = XattrMode::Nosys;
+        Ok(())
+    } },
     OptionSpec { name: "nullrw", help: "true|false: reads and writes succeed without touching data (transport benchmark)", set: |s, v| {
         s.opts.nullrw = boolean(v)?;
         Ok(())
@@ -239,7 +249,6 @@ pub static NOT_APPLICABLE: &[&str] = &[
     "splice-read",
     "splice-write",
     "security-capability",
-    "posix-acl",
     "nonempty",
     "atomic-o-trunc",
     "big-writes",
@@ -248,7 +257,6 @@ pub static NOT_APPLICABLE: &[&str] = &[
     "cache.symlinks",
     "cache.writeback",
     "fuse-msg-size",
-    "readdirplus",
     "parallel-direct-writes",
 ];
 
@@ -275,10 +283,12 @@ impl Settings {
             log::info!("option '{key}' has no meaning for a virtio-fs device; ignored");
             return ignored(self, value).map_err(|e| bad(key, value, e));
         }
-        let spec = OPTIONS
-            .iter()
-            .find(|o| normalize(o.name) == name)
-            .ok_or_else(|| OptionError::Unknown(key.to_string()))?;
+        let Some(spec) = OPTIONS.iter().find(|o| normalize(o.name) == name) else {
+            return match super::virtiofsd::apply(&mut self.virtiofsd, &name, value.trim()) {
+                Some(r) => r.map_err(|e| bad(key, value, Expected(e))),
+                None => Err(OptionError::Unknown(key.to_string())),
+            };
+        };
         (spec.set)(self, value.trim()).map_err(|e| bad(key, value, e))
     }
 

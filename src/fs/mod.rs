@@ -209,13 +209,17 @@ impl FileSystem for UnionFs {
         } else {
             FsOptions::empty()
         };
+        let readdirplus = if self.cfg.opts.readdirplus {
+            FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO
+        } else {
+            FsOptions::empty()
+        };
         Ok(killpriv
+            | readdirplus
             | FsOptions::ASYNC_READ
             | FsOptions::PARALLEL_DIROPS
             | FsOptions::BIG_WRITES
             | FsOptions::AUTO_INVAL_DATA
-            | FsOptions::DO_READDIRPLUS
-            | FsOptions::READDIRPLUS_AUTO
             | FsOptions::ATOMIC_O_TRUNC
             | FsOptions::MAX_PAGES)
     }

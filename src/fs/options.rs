@@ -304,6 +304,8 @@ pub struct UnionOptions {
     /// a write or truncate by an unprivileged guest caller (the guest then skips a GETXATTR
     /// and a SETATTR per write).
     pub killpriv_v2: bool,
+    /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
+    pub readdirplus: bool,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -334,6 +336,7 @@ impl Default for UnionOptions {
             symlinkify: false,
             symlinkify_timeout: Duration::from_secs(3600),
             killpriv_v2: true,
+            readdirplus: true,
         }
     }
 }

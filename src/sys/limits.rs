@@ -3,6 +3,25 @@
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
+/// `--rlimit-nofile`: `Some(0)` leaves the limit alone, `Some(n)` sets soft and hard limit to
+/// `n`, `None` raises the soft limit to the hard one. Returns the limit now in force.
+pub fn set_nofile(n: Option<u64>) -> std::io::Result<u64> {
+    match n {
+        None => raise_nofile(),
+        Some(0) => Ok(nofile()),
+        Some(n) => {
+            setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(n),
+                    maximum: Some(n),
+                },
+            )?;
+            Ok(nofile())
+        }
+    }
+}
+
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
 pub fn raise_nofile() -> std::io::Result<u64> {
     let cur = getrlimit(Resource::Nofile);

@@ -7,5 +7,6 @@ pub mod caps;
 pub mod creds;
 pub mod fd;
 pub mod file;
+pub mod files;
 pub mod limits;
 pub mod thread;

@@ -60,6 +60,8 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
     mem: RwLock<Option<GuestMem>>,
     event_idx: AtomicBool,
     pool: Option<Pool>,
+    /// `--tag`: offered in the config space with VHOST_USER_PROTOCOL_F_CONFIG.
+    tag: Option<String>,
 }
 
 impl<F> FsBackend<F>
@@ -71,6 +73,7 @@ where
         dispatcher: Dispatcher<F>,
         num_request_queues: u16,
         thread_pool_size: usize,
+        tag: Option<String>,
     ) -> io::Result<Self> {
         let pool = match thread_pool_size {
             0 => None,
@@ -82,6 +85,7 @@ where
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),
             pool,
+            tag,
         })
     }
 
@@ -173,10 +177,15 @@ where
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        // No F_CONFIG: we have no tag to offer (the frontend supplies it), QEMU warns when it is
-        // advertised, and a frontend that did read it would get an empty tag. `get_config` still
-        // answers truthfully if asked.
-        VhostUserProtocolFeatures::MQ
+        // F_CONFIG only with --tag (as virtiofsd): without one the frontend supplies the tag,
+        // and a frontend reading ours would get an empty one.
+        let config = if self.tag.is_some() {
+            VhostUserProtocolFeatures::CONFIG
+        } else {
+            VhostUserProtocolFeatures::empty()
+        };
+        config
+            | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
@@ -191,7 +200,7 @@ where
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        config_bytes(self.num_request_queues, offset, size)
+        config_bytes(self.tag.as_deref(), self.num_request_queues, offset, size)
     }
 
     fn update_memory(&self, mem: GuestMem) -> io::Result<()> {
@@ -237,13 +246,17 @@ where
     }
 }
 
-/// The `size` bytes of the config space at `offset`, zero-padded (the tag is left empty: the
-/// frontend supplies it).
-fn config_bytes(num_request_queues: u16, offset: u32, size: u32) -> Vec<u8> {
-    let cfg = VirtioFsConfig {
+/// The `size` bytes of the config space at `offset`, zero-padded; the tag is empty unless
+/// `--tag` gave one (otherwise the frontend supplies it).
+fn config_bytes(tag: Option<&str>, num_request_queues: u16, offset: u32, size: u32) -> Vec<u8> {
+    let mut cfg = VirtioFsConfig {
         num_request_queues: Le32::from(u32::from(num_request_queues)),
         ..Default::default()
     };
+    if let Some(t) = tag {
+        let n = t.len().min(TAG_LEN);
+        cfg.tag[..n].copy_from_slice(&t.as_bytes()[..n]);
+    }
     let mut out: Vec<u8> = cfg
         .as_slice()
         .iter()
@@ -261,11 +274,14 @@ mod tests {
 
     #[test]
     fn config_space_reports_request_queues() {
-        let all = config_bytes(3, 0, 40);
+        let all = config_bytes(None, 3, 0, 40);
         assert_eq!(all.len(), 40);
         assert!(all[..36].iter().all(|b| *b == 0));
         assert_eq!(&all[36..], &3u32.to_le_bytes());
-        assert_eq!(config_bytes(2, 36, 4), 2u32.to_le_bytes());
-        assert_eq!(config_bytes(2, 38, 8), vec![0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(config_bytes(None, 2, 36, 4), 2u32.to_le_bytes());
+        assert_eq!(config_bytes(None, 2, 38, 8), vec![0, 0, 0, 0, 0, 0, 0, 0]);
+        let tagged = config_bytes(Some("myfs"), 1, 0, 40);
+        assert_eq!(&tagged[..4], b"myfs");
+        assert!(tagged[4..36].iter().all(|b| *b == 0));
     }
 }

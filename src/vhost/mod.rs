@@ -48,6 +48,10 @@ pub struct DaemonConfig {
     pub max_pages: u16,
     /// Request queues offered besides the high-priority queue.
     pub num_request_queues: u16,
+    /// The tag offered in the device config space (`--tag`), if any.
+    pub tag: Option<String>,
+    /// Group that gets the socket (`--socket-group`): group read/write, no access for others.
+    pub socket_group: Option<u32>,
 }
 
 /// Errors setting up or running the vhost-user daemon.
@@ -69,6 +73,22 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The pid file could not be created or is locked by another daemon.
+    #[error("cannot lock pid file {path} (another daemon on this socket?): {source}")]
+    PidFile {
+        /// The pid file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The socket could not be given to `--socket-group`.
+    #[error("cannot give socket {path} to its group: {source}")]
+    SocketGroup {
+        /// The socket path.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
     /// The worker pool could not be started.
     #[error("cannot start worker threads: {0}")]
     StartWorkers(std::io::Error),
@@ -83,9 +103,12 @@ pub enum Error {
     Serve(DaemonError),
 }
 
-/// The JSON `--print-capabilities` prints (vhost-user.rst "backend program conventions").
+/// The JSON `--print-capabilities` prints (vhost-user.rst "backend program conventions"):
+/// the device type and the features this daemon really has. `separate-options` tells libvirt it
+/// may pass `--shared-dir`, `--cache`… instead of one `-o` string; `migrate-precopy` is not
+/// listed, as migration is not supported.
 pub fn capabilities_json() -> &'static str {
-    "{\n  \"type\": \"fs\"\n}"
+    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}"
 }
 
 /// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
@@ -93,6 +116,9 @@ pub struct Daemon<F: FileSystem + Send + Sync> {
     backend: Arc<FsBackend<F>>,
     listener: Listener,
     path: Option<PathBuf>,
+    /// `<socket>.pid`, locked while the daemon runs (as virtiofsd: launchers wait for it, and a
+    /// second daemon on the same socket fails instead of stealing it).
+    _pid_file: Option<std::fs::File>,
     /// SIGTERM/SIGINT, caught from before the socket exists: a VMM may signal as soon as it
     /// sees the socket, and the default action would kill the daemon with no clean exit.
     signals: Signals,
@@ -110,14 +136,32 @@ where
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
         let signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
+        let mut pid_file = None;
         let (listener, path) = match &cfg.listen {
-            Listen::Path(p) => (
-                Listener::new(p, true).map_err(|source| Error::Listen {
+            Listen::Path(p) => {
+                let mut pid_path = p.clone().into_os_string();
+                pid_path.push(".pid");
+                let pid_path = PathBuf::from(pid_path);
+                pid_file = Some(crate::sys::files::write_pid_file(&pid_path).map_err(
+                    |source| Error::PidFile {
+                        path: pid_path.clone(),
+                        source,
+                    },
+                )?);
+                let listener = Listener::new(p, true).map_err(|source| Error::Listen {
                     path: p.clone(),
                     source,
-                })?,
-                Some(p.clone()),
-            ),
+                })?;
+                if let Some(gid) = cfg.socket_group {
+                    crate::sys::files::give_socket_to_group(p, gid).map_err(|source| {
+                        Error::SocketGroup {
+                            path: p.clone(),
+                            source,
+                        }
+                    })?;
+                }
+                (listener, Some(p.clone()))
+            }
             Listen::Fd(fd) => {
                 let l = crate::sys::fd::adopt_listener(*fd)
                     .map_err(|source| Error::AdoptFd { fd: *fd, source })?;
@@ -125,12 +169,18 @@ where
             }
         };
         let dispatcher = Dispatcher::new(fs, cfg.max_pages);
-        let backend = FsBackend::new(dispatcher, cfg.num_request_queues, cfg.thread_pool_size)
-            .map_err(Error::StartWorkers)?;
+        let backend = FsBackend::new(
+            dispatcher,
+            cfg.num_request_queues,
+            cfg.thread_pool_size,
+            cfg.tag.clone(),
+        )
+        .map_err(Error::StartWorkers)?;
         Ok(Daemon {
             backend: Arc::new(backend),
             listener,
             path,
+            _pid_file: pid_file,
             signals,
         })
     }
@@ -156,7 +206,8 @@ where
             })
             .map_err(Error::Signals)?;
         let mut listener = self.listener;
-        info!("waiting for a vhost-user frontend");
+        // Launchers (kata) wait for this exact line on stderr, as virtiofsd prints it.
+        info!("Waiting for vhost-user socket connection...");
         thread::Builder::new()
             .name("vhost-user".to_string())
             .spawn(move || {
@@ -175,6 +226,9 @@ where
                 info!("received signal {sig}, exiting");
                 if let Some(p) = &self.path {
                     let _ = std::fs::remove_file(p);
+                    let mut pid = p.clone().into_os_string();
+                    pid.push(".pid");
+                    let _ = std::fs::remove_file(pid);
                 }
                 Ok(())
             }

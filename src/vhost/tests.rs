@@ -354,7 +354,7 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     vring.set_queue_ready(true);
     vring.set_enabled(true);
 
-    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2).unwrap();
+    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2, None).unwrap();
     assert_eq!(backend.num_queues(), 2);
     assert_eq!(backend.queues_per_thread(), vec![1, 2]);
     backend.update_memory(atomic).unwrap();

@@ -50,6 +50,10 @@ pub struct Backend {
     pub program: PathBuf,
     /// Arguments, with `{socket}` placeholders.
     pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Working directory (default: the test's).
+    pub cwd: Option<PathBuf>,
 }
 
 /// Branch modes as written on the daemon's command line.
@@ -81,6 +85,8 @@ impl Backend {
         Self {
             program: daemon_binary(),
             args,
+            env: Vec::new(),
+            cwd: None,
         }
     }
 
@@ -90,8 +96,15 @@ impl Backend {
         Self {
             program: program.into(),
             args: args.iter().map(|s| (*s).to_owned()).collect(),
+            env: Vec::new(),
+            cwd: None,
         }
     }
+}
+
+/// The daemon binary (see [`daemon_binary`]), for tests that build their own command lines.
+pub fn daemon_path() -> PathBuf {
+    daemon_binary()
 }
 
 /// The daemon binary: cargo's for integration tests, else `$UVFS_DAEMON` (examples, benchmarks).
@@ -389,10 +402,13 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
         .iter()
         .map(|a| a.replace("{socket}", socket_str))
         .collect();
-    reaper.0.push(spawn_logged(
-        Command::new(&backend.program).args(&args),
-        &daemon_log,
-    ));
+    let mut cmd = Command::new(&backend.program);
+    cmd.args(&args)
+        .envs(backend.env.iter().map(|(k, v)| (k, v)));
+    if let Some(dir) = &backend.cwd {
+        cmd.current_dir(dir);
+    }
+    reaper.0.push(spawn_logged(&mut cmd, &daemon_log));
 
     // Bounded poll for the listening socket; stop early if the backend died.
     let deadline = Instant::now() + SOCKET_DEADLINE;

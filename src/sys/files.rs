@@ -1,0 +1,82 @@
+//! The daemon's own files next to its socket: the locked `<socket>.pid` file and the socket's
+//! group (`--socket-group`). Nothing here touches guest data.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use rustix::fs::FlockOperation;
+
+/// Creates (or reuses) `path`, takes an exclusive lock on it without waiting, and writes the
+/// daemon's pid into it. Fails if another process holds the lock (another daemon serving the
+/// same socket). Keep the returned file open: closing it releases the lock.
+pub fn write_pid_file(path: &Path) -> io::Result<File> {
+    loop {
+        let mut file = OpenOptions::new()
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)?;
+        // The file locked must still be the one at `path` (another daemon may have removed
+        // and recreated it in between).
+        let still_there = std::fs::metadata(path)
+            .is_ok_and(|m| m.ino() == file.metadata().map(|f| f.ino()).unwrap_or(0));
+        if !still_there {
+            continue;
+        }
+        file.set_len(0)?;
+        writeln!(file, "{}", std::process::id())?;
+        return Ok(file);
+    }
+}
+
+/// The gid of group `name` (a number, or a name in /etc/group), if it exists.
+pub fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse() {
+        return Some(gid);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
+/// Gives the socket at `path` to group `gid`, read/write for owner and group only.
+pub fn give_socket_to_group(path: &Path, gid: u32) -> io::Result<()> {
+    std::os::unix::fs::chown(path, None, Some(gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_file_is_locked_once() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.pid");
+        let f = write_pid_file(&p).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap().trim(),
+            std::process::id().to_string()
+        );
+        // flock locks belong to the open file description: a second open conflicts.
+        let e = write_pid_file(&p).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
+        drop(f);
+        write_pid_file(&p).unwrap();
+    }
+
+    #[test]
+    fn groups_by_number_and_name() {
+        assert_eq!(group_id("1234"), Some(1234));
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(group_id("no-such-group-here"), None);
+    }
+}
