@@ -150,3 +150,51 @@ fn help_lists_every_option_and_capabilities_are_json() {
     // migration support).
     assert_eq!(compact, r#"{"type":"fs","features":["separate-options"]}"#);
 }
+
+/// scripts/install.sh puts the daemon, the vhost-user descriptor (pointing at it), the man
+/// page and the completions where QEMU, libvirt, Lima and shells look for them.
+#[test]
+fn install_script_places_every_file() {
+    let root = union_virtiofsd_repo();
+    let dest = tempfile::tempdir().unwrap();
+    let status = Command::new("bash")
+        .arg(root.join("scripts/install.sh"))
+        .args(["--prefix", "/usr", "--destdir"])
+        .arg(dest.path())
+        .args([
+            "--binary",
+            env!("CARGO_BIN_EXE_union-virtiofsd"),
+            "--as-virtiofsd",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let usr = dest.path().join("usr");
+    for f in [
+        "libexec/union-virtiofsd",
+        "share/man/man1/union-virtiofsd.1",
+        "share/bash-completion/completions/union-virtiofsd",
+        "share/zsh/vendor-completions/_union-virtiofsd",
+        "share/fish/vendor_completions.d/union-virtiofsd.fish",
+    ] {
+        assert!(usr.join(f).is_file(), "{f} missing");
+    }
+    let desc =
+        std::fs::read_to_string(usr.join("share/qemu/vhost-user/50-union-virtiofsd.json")).unwrap();
+    assert!(
+        desc.contains(r#""binary": "/usr/libexec/union-virtiofsd""#),
+        "{desc}"
+    );
+    assert_eq!(
+        std::fs::read_link(usr.join("libexec/virtiofsd")).unwrap(),
+        std::path::Path::new("/usr/libexec/union-virtiofsd")
+    );
+    assert_eq!(
+        std::fs::read_link(usr.join("bin/union-virtiofsd")).unwrap(),
+        std::path::Path::new("/usr/libexec/union-virtiofsd")
+    );
+}
+
+fn union_virtiofsd_repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
