@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages the real-guest tests and the demo need: QEMU 10 from bookworm-backports
 # (vhost-user-fs with memfd shared memory), busybox-static and cpio for the guest initramfs, and the
-# build dependencies of the reference virtiofsd. Adds the bookworm-backports apt source if missing.
+# build dependencies of the reference virtiofsd, libvirt 11 (bookworm-backports) for the launcher
+# test, and python3 (the tests' inherited-socket wrapper). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -17,6 +18,7 @@ declare -A probe=(
     [libcap-ng-dev]=/usr/include/cap-ng.h
     [fuse3]=/usr/bin/fusermount3
     [mergerfs]=/usr/bin/mergerfs
+    [python3]=/usr/bin/python3
 )
 missing=()
 for pkg in "${!probe[@]}"; do
@@ -30,15 +32,23 @@ if [ -x /usr/bin/qemu-system-x86_64 ]; then
     [ "${major:-0}" -ge 8 ] && qemu_ok=1
 fi
 
-if [ ${#missing[@]} -eq 0 ] && [ $qemu_ok -eq 1 ] && apt_has_suite bookworm-backports; then
+# libvirt 11 from backports too: the launcher test runs the real libvirtd (tests/e2e_libvirt.rs).
+libvirt_ok=0
+if [ -x /usr/sbin/libvirtd ] && [ -x /usr/bin/virsh ]; then
+    lv=$(/usr/sbin/libvirtd --version | sed -n 's/.* \([0-9]*\)\.[0-9.]*$/\1/p')
+    [ "${lv:-0}" -ge 11 ] && libvirt_ok=1
+fi
+
+if [ ${#missing[@]} -eq 0 ] && [ $qemu_ok -eq 1 ] && [ $libvirt_ok -eq 1 ] &&
+    apt_has_suite bookworm-backports; then
     log "all host dependencies present"
     exit 0
 fi
 
 ensure_apt_suite bookworm-backports
-log "installing: ${missing[*]:-} qemu-system-x86/bookworm-backports"
+log "installing: ${missing[*]:-} qemu-system-x86 libvirt/bookworm-backports"
 as_root apt-get install -y -qq --no-install-recommends \
-    -t bookworm-backports qemu-system-x86 >&2
+    -t bookworm-backports qemu-system-x86 libvirt-daemon-driver-qemu libvirt-daemon libvirt-clients >&2
 others=()
 for pkg in "${missing[@]}"; do
     [ "$pkg" = qemu-system-x86 ] || others+=("$pkg")
