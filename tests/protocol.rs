@@ -415,3 +415,16 @@ fn reconnect_after_frontend_disconnect_or_clean_exit() {
         }
     }
 }
+
+/// `--tag` is offered in the device config space (VHOST_USER_PROTOCOL_F_CONFIG), as virtiofsd
+/// does; without it the feature is not offered and the frontend supplies the tag.
+#[test]
+fn tag_is_offered_in_the_config_space_only_when_given() {
+    let d = Daemon::start(&["rw=RW"], &["--tag", "mytag"]);
+    let dev = d.connect_with(256);
+    assert_eq!(dev.negotiated().tag.as_deref(), Some("mytag"));
+    assert_eq!(dev.negotiated().num_request_queues, Some(1));
+    let d = Daemon::start(&["rw=RW"], &[]);
+    let dev = d.connect_with(256);
+    assert_eq!(dev.negotiated().tag, None);
+}
