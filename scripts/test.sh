@@ -15,4 +15,14 @@ GUEST_KERNEL_SUITE=trixie-backports timed scripts/fetch-kernel.sh >/dev/null
 timed scripts/build-initramfs.sh >/dev/null
 # The POSIX conformance suite, packed for the guest (tests/e2e_pjdfstest.rs).
 timed scripts/build-pjdfstest-initrd.sh >/dev/null
-cargo test --workspace --all-targets "$@"
+# The closing line sums every test binary's result (cargo's own last line is that of the
+# doc-tests, which hold none): "N passed, N failed".
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+set +e
+cargo test --workspace --all-targets "$@" 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
+sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
+    awk '{p += $1; f += $2} END {printf "%d passed, %d failed\n", p, f}'
+exit "$rc"

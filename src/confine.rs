@@ -1,21 +1,45 @@
 //! Confinement of the daemon (sandbox, seccomp, capabilities, id mapping). The settings are
-//! parsed and checked by `config` with virtiofsd's meanings and defaults; what is not enforced
-//! yet is said at start, one line each, so that no launcher believes the daemon confined when
-//! it is not.
+//! parsed and checked by `config` with virtiofsd's meanings and defaults. `--sandbox
+//! namespace` (the default, as root) is enforced; what is not enforced yet is said at start,
+//! one line each, so that no launcher believes the daemon confined when it is not.
 
-use log::warn;
+use log::{info, warn};
 
 use crate::args::{SandboxMode, SeccompAction};
 use crate::config::Confinement;
+use crate::fs::UnionFs;
+use crate::sys::sandbox::{self, Entered};
+
+/// Enters the sandbox `c` asks for, after the socket is bound and before any thread starts
+/// or any guest request is read. Returns `Some(exit status)` in a parent process that only
+/// supervised the sandboxed child (it must exit with that status), `None` to go on serving.
+pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
+    if let Err(e) = sandbox::no_new_privs() {
+        warn!("cannot set no_new_privs: {e}");
+    }
+    match c.sandbox {
+        SandboxMode::None => Ok(None),
+        SandboxMode::Chroot => {
+            warn!("--sandbox chroot: not implemented yet; the daemon runs unconfined");
+            Ok(None)
+        }
+        SandboxMode::Namespace if !rustix::process::geteuid().is_root() => {
+            warn!("--sandbox namespace needs root (user namespaces are not implemented yet); the daemon runs unconfined");
+            Ok(None)
+        }
+        SandboxMode::Namespace => match sandbox::enter(&fs.root_fds())? {
+            Entered::Parent(child) => Ok(Some(sandbox::supervise(child))),
+            Entered::Child(roots) => {
+                fs.replace_roots(roots)?;
+                info!("sandbox: new mount, PID and network namespaces; / holds only the branches and /proc");
+                Ok(None)
+            }
+        },
+    }
+}
 
 /// Logs one warning for each confinement setting that is not enforced.
 pub fn report(c: &Confinement) {
-    if c.sandbox != SandboxMode::None {
-        warn!(
-            "--sandbox {:?}: sandboxing is not implemented yet; the daemon runs unconfined",
-            c.sandbox
-        );
-    }
     if c.seccomp != SeccompAction::None {
         warn!(
             "--seccomp {:?}: no seccomp filter is installed yet; every system call is allowed",

@@ -9,7 +9,7 @@ use union_virtiofsd::args::Args;
 use union_virtiofsd::config::Config;
 use union_virtiofsd::fs::UnionFs;
 use union_virtiofsd::sys::thread::set_umask;
-use union_virtiofsd::vhost::{self, Daemon};
+use union_virtiofsd::vhost::{self, Bound};
 
 /// Bad command-line input or setup (like clap's own usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -37,18 +37,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let fs = match UnionFs::new(cfg.fs) {
+    let mut fs = match UnionFs::new(cfg.fs) {
         Ok(fs) => fs,
         Err(e) => {
             error!("{e}");
             return ExitCode::from(EXIT_USAGE);
-        }
-    };
-    let daemon = match Daemon::new(&cfg.daemon, fs) {
-        Ok(d) => d,
-        Err(e) => {
-            error!("{e}");
-            return ExitCode::FAILURE;
         }
     };
     for note in &cfg.notes {
@@ -59,7 +52,36 @@ fn main() -> ExitCode {
         Ok(n) => log::info!("open file limit: {n}"),
         Err(e) => log::warn!("cannot set the open file limit: {e}"),
     }
-    // The socket exists now with the inherited umask; from here on the guest's umask rules.
+    let bound = match Bound::new(&cfg.daemon) {
+        Ok(b) => b,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The socket exists; no thread runs yet and no guest request has been read.
+    match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs) {
+        Ok(None) => {}
+        Ok(Some(status)) => {
+            // The supervising parent: the sandboxed child has exited.
+            if let Some(p) = bound.path() {
+                vhost::remove_socket_files(p);
+            }
+            return ExitCode::from(u8::try_from(status).unwrap_or(1));
+        }
+        Err(e) => {
+            error!("cannot enter the sandbox: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let daemon = match bound.start(fs) {
+        Ok(d) => d,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The guest's umask rules from here on (the socket was made with the inherited one).
     set_umask(0);
     match daemon.run() {
         Ok(()) => ExitCode::SUCCESS,

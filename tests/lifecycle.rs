@@ -86,3 +86,88 @@ fn exits_cleanly_on_sigterm_and_sigint() {
         assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0, "{sig:?}");
     }
 }
+
+/// The sandboxed child of a daemon started with `args` (its only child), once it has pivoted
+/// into its new root.
+fn sandboxed_child(parent: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            let pid: u32 = pid.parse().unwrap();
+            let root = std::fs::read_dir(format!("/proc/{pid}/root"));
+            if root.is_ok_and(|mut r| r.any(|e| e.unwrap().file_name() == "branches")) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no sandboxed child");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `--sandbox namespace` (the default as root): the serving process lives in its own mount,
+/// PID and network namespaces, its / holds only the branches and its own /proc (no host path,
+/// no other process), it serves, and SIGTERM to the process the launcher started ends both
+/// with exit 0 and removes the socket.
+#[test]
+fn the_default_sandbox_shows_only_the_branches() {
+    let work = tempfile::tempdir().unwrap();
+    let (a, b) = (work.path().join("a"), work.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    std::fs::write(a.join("in-a"), "a").unwrap();
+    let sock = work.path().join("s");
+    let mut child = daemon()
+        .arg("--socket-path")
+        .arg(&sock)
+        .arg("--branch")
+        .arg(&a)
+        .arg("--branch")
+        .arg(format!("{}=RO", b.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_socket(&sock);
+    let inner = sandboxed_child(child.id());
+    let names = |p: String| {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(format!("/proc/{inner}/root")), ["branches", "proc"]);
+    assert_eq!(names(format!("/proc/{inner}/root/branches")), ["0", "1"]);
+    assert_eq!(names(format!("/proc/{inner}/root/branches/0")), ["in-a"]);
+    // Its /proc is its own PID namespace's: it is process 1 there and sees no other.
+    let procs: Vec<String> = names(format!("/proc/{inner}/root/proc"))
+        .into_iter()
+        .filter(|n| n.bytes().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(procs, ["1"]);
+    for ns in ["mnt", "pid", "net"] {
+        let theirs = std::fs::read_link(format!("/proc/{inner}/ns/{ns}")).unwrap();
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        assert_ne!(theirs, ours, "{ns} namespace");
+    }
+    // It serves.
+    let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
+    dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
+    let e = dev.lookup(ops::ROOT_ID, b"in-a").unwrap();
+    assert_eq!(e.attr.size, 1);
+    // no_new_privs is set.
+    let status = std::fs::read_to_string(format!("/proc/{inner}/status")).unwrap();
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+    assert!(!sock.exists(), "socket removed by the parent");
+    assert!(!std::path::Path::new(&format!("/proc/{inner}")).exists());
+}

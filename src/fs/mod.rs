@@ -148,6 +148,32 @@ impl UnionFs {
         })
     }
 
+    /// The `O_PATH` descriptors of the branch roots, in branch order (for the sandbox to
+    /// bind-mount).
+    pub fn root_fds(&self) -> Vec<(std::os::fd::BorrowedFd<'_>, &std::path::Path)> {
+        self.roots
+            .iter()
+            .zip(&self.cfg.branches)
+            .map(|(r, b)| (r.fd.as_fd(), b.path.as_path()))
+            .collect()
+    }
+
+    /// Replaces the branch root descriptors with `fds` (the same directories, opened again
+    /// from inside the sandbox); EXDEV if one is not on its branch's filesystem.
+    pub fn replace_roots(&mut self, fds: Vec<OwnedFd>) -> io::Result<()> {
+        if fds.len() != self.roots.len() {
+            return Err(errno(libc::EINVAL));
+        }
+        for (root, fd) in self.roots.iter_mut().zip(fds) {
+            let st = crate::sys::beneath::stat_fd(fd.as_fd())?;
+            if st.st_dev != root.dev {
+                return Err(errno(libc::EXDEV));
+            }
+            root.fd = fd;
+        }
+        Ok(())
+    }
+
     /// Number of nodes the guest holds references to, root included.
     pub fn inode_count(&self) -> usize {
         self.inodes.len()

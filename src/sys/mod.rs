@@ -9,4 +9,5 @@ pub mod fd;
 pub mod file;
 pub mod files;
 pub mod limits;
+pub mod sandbox;
 pub mod thread;

@@ -129,12 +129,20 @@ enum Stop {
     Signal(i32),
 }
 
-impl<F> Daemon<F>
-where
-    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
-{
-    /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
-    pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
+/// A bound socket (and locked pid file) with no thread started yet: the moment to enter a
+/// sandbox, before [`Bound::start`] reads any guest request.
+pub struct Bound {
+    listener: Listener,
+    path: Option<PathBuf>,
+    pid_file: Option<std::fs::File>,
+    signals: Signals,
+    cfg: DaemonConfig,
+}
+
+impl Bound {
+    /// Binds the socket (or adopts `--fd`), locks `<socket>.pid` and catches SIGTERM/SIGINT.
+    /// Starts no thread.
+    pub fn new(cfg: &DaemonConfig) -> Result<Self, Error> {
         let signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
         let mut pid_file = None;
         let (listener, path) = match &cfg.listen {
@@ -168,6 +176,26 @@ where
                 (Listener::from(l), None)
             }
         };
+        Ok(Bound {
+            listener,
+            path,
+            pid_file,
+            signals,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The socket path, if the daemon created one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.path.as_deref()
+    }
+
+    /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
+    pub fn start<F>(self, fs: F) -> Result<Daemon<F>, Error>
+    where
+        F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+    {
+        let cfg = &self.cfg;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages);
         let backend = FsBackend::new(
             dispatcher,
@@ -178,11 +206,29 @@ where
         .map_err(Error::StartWorkers)?;
         Ok(Daemon {
             backend: Arc::new(backend),
-            listener,
-            path,
-            _pid_file: pid_file,
-            signals,
+            listener: self.listener,
+            path: self.path,
+            _pid_file: self.pid_file,
+            signals: self.signals,
         })
+    }
+}
+
+/// Removes the socket and its pid file (on exit; the sandbox's parent does it for its child).
+pub fn remove_socket_files(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    let mut pid = path.to_path_buf().into_os_string();
+    pid.push(".pid");
+    let _ = std::fs::remove_file(pid);
+}
+
+impl<F> Daemon<F>
+where
+    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+{
+    /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
+    pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
+        Bound::new(cfg)?.start(fs)
     }
 
     /// Serves one frontend until it disconnects (Ok) or SIGTERM/SIGINT arrives (Ok); stops the
@@ -225,10 +271,7 @@ where
             Ok(Stop::Signal(sig)) => {
                 info!("received signal {sig}, exiting");
                 if let Some(p) = &self.path {
-                    let _ = std::fs::remove_file(p);
-                    let mut pid = p.clone().into_os_string();
-                    pid.push(".pid");
-                    let _ = std::fs::remove_file(pid);
+                    remove_socket_files(p);
                 }
                 Ok(())
             }

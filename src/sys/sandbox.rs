@@ -1,0 +1,146 @@
+//! The namespace sandbox: new mount, PID and network namespaces whose root is an empty tmpfs
+//! holding only the branch roots (bind-mounted from the descriptors the daemon opened) and a
+//! /proc of the new PID namespace; the old root is detached. The process forks once: the
+//! child, PID 1 of the new namespace, serves; the parent stays outside, forwards SIGTERM and
+//! SIGINT and reports the child's exit status. Must run while the process has one thread.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::mount::{
+    mount, mount_bind_recursive, mount_change, mount_remount, unmount, MountFlags,
+    MountPropagationFlags, UnmountFlags,
+};
+use rustix::thread::UnshareFlags;
+
+/// Where a process stands after [`enter`].
+pub enum Entered {
+    /// The parent, outside the namespaces; the serving child has this pid.
+    Parent(libc::pid_t),
+    /// The child inside the sandbox, with each branch root opened again from its bind mount
+    /// (descriptors from outside would let `..` climb back into the host's tree).
+    Child(Vec<OwnedFd>),
+}
+
+/// Where the new root is assembled before pivot_root (inside the private mount namespace, so
+/// mounting over it hides nothing from anyone else).
+const STAGING: &str = "/tmp";
+
+/// Unshares the namespaces and forks; the child builds the new root from `roots` and pivots
+/// into it. `roots` are the branch directories: the `O_PATH` descriptor opened at start and
+/// its path (a bind mount needs the directory in the new mount namespace, so it is opened
+/// again by path there and must still be the same directory).
+pub fn enter(roots: &[(BorrowedFd<'_>, &Path)]) -> io::Result<Entered> {
+    // The new PID namespace is for the child only; the parent stays in the host's mount and
+    // network namespaces, so that it can remove the socket when the child is gone.
+    // SAFETY: NEWPID does not unshare the descriptor table (no FILES), and the caller
+    // guarantees the process has a single thread.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }?;
+    // SAFETY: single-threaded (caller's guarantee), so the child starts with a consistent
+    // copy of every lock and allocator state.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        return Ok(Entered::Parent(pid));
+    }
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+    // SAFETY: as above, and the child has a single thread too.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS | UnshareFlags::NEWNET) }?;
+    build_root(roots).map(Entered::Child)
+}
+
+fn build_root(roots: &[(BorrowedFd<'_>, &Path)]) -> io::Result<Vec<OwnedFd>> {
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    let mut here = Vec::with_capacity(roots.len());
+    for (fd, path) in roots {
+        let again = rustix::fs::open(
+            *path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (a, b) = (rustix::fs::fstat(fd)?, rustix::fs::fstat(&again)?);
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        here.push(again);
+    }
+    let nosuid = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    mount("tmpfs", STAGING, "tmpfs", nosuid, c"mode=0755,size=1m")?;
+    let at = |p: &str| format!("{STAGING}/{p}");
+    for dir in ["proc", "branches", "old"] {
+        rustix::fs::mkdir(at(dir), Mode::from_raw_mode(0o755))?;
+    }
+    for (i, fd) in here.iter().enumerate() {
+        let target = at(&format!("branches/{i}"));
+        rustix::fs::mkdir(&target, Mode::from_raw_mode(0o755))?;
+        let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        mount_bind_recursive(source, target)?;
+    }
+    // A /proc of the new PID namespace: it shows this process only, and gives the
+    // descriptor-based operations their /proc/self/fd.
+    mount("proc", at("proc"), "proc", nosuid, None)?;
+    rustix::process::pivot_root(STAGING, at("old"))?;
+    rustix::process::chdir("/")?;
+    unmount("/old", UnmountFlags::DETACH)?;
+    rustix::fs::rmdir("/old")?;
+    // Nothing in the new root may change but the branches.
+    mount_remount("/", MountFlags::RDONLY | nosuid, c"")?;
+    let mut reopened = Vec::with_capacity(roots.len());
+    for i in 0..roots.len() {
+        reopened.push(rustix::fs::open(
+            format!("/branches/{i}"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?);
+    }
+    Ok(reopened)
+}
+
+/// In the parent: forwards SIGTERM/SIGINT to `child` until it exits; returns its exit code
+/// (128 + signal if it was killed). Single-threaded: SIGCHLD wakes it when the child is gone.
+pub fn supervise(child: libc::pid_t) -> i32 {
+    use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+    let reap = || {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer for the call.
+        let r = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        match r {
+            0 => None,
+            r if r == child && libc::WIFEXITED(status) => Some(libc::WEXITSTATUS(status)),
+            r if r == child => Some(128 + libc::WTERMSIG(status)),
+            _ => Some(1),
+        }
+    };
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGCHLD]) {
+        Ok(s) => s,
+        Err(_) => return 1,
+    };
+    // The child may have exited before SIGCHLD was caught.
+    if let Some(code) = reap() {
+        return code;
+    }
+    for sig in signals.forever() {
+        if sig == SIGCHLD {
+            if let Some(code) = reap() {
+                return code;
+            }
+        } else {
+            // SAFETY: kill with plain integers.
+            unsafe { libc::kill(child, sig) };
+        }
+    }
+    1
+}
+
+/// Sets `no_new_privs`: nothing the daemon executes can gain privileges.
+pub fn no_new_privs() -> io::Result<()> {
+    Ok(rustix::thread::set_no_new_privs(true)?)
+}
