@@ -14,6 +14,10 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use guest::{Backend, Guest, Mode};
+
+/// Scenario lines that make guest user `u` (uid/gid 1000) for `su u -c …`.
+const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
+echo "u:x:1000:" >>/etc/group"#;
 use tmpfs::Tmpfs;
 
 #[test]
@@ -23,7 +27,7 @@ fn open_unlinked_files_hard_links_renames_and_device_nodes_in_guest() {
     let run = guest::run_scenario(
         &backend,
         &Guest::default(),
-        r#"
+        &r#"
 # An open file keeps working through another name and through /proc/self/fd after its
 # names are gone (getattr, write, reopen, setattr).
 exec 3<>f
@@ -83,12 +87,12 @@ expect_eq "$(stat -c %t:%T dev/null)" "1:3" "char device numbers"
 expect_eq "$(stat -c %F dev/sda)" "block special file" "block device type"
 echo discarded > dev/null
 chmod 777 dev
-echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
-echo "u:x:1000:" >>/etc/group
+ADD_USER_U
 expect_err "Operation not permitted" "su u -c 'mknod dev/null2 c 1 3'"
 su u -c "mkfifo dev/userfifo"
 expect_eq "$(stat -c %u:%g dev/userfifo)" "1000:1000" "a guest user's FIFO is owned by them"
-"#,
+"#
+        .replace("ADD_USER_U", ADD_USER_U),
     );
     run.assert_success();
     let root = a.path();
@@ -186,9 +190,8 @@ fn privileges_are_cleared_as_the_kernel_would_in_guest() {
     let run = guest::run_scenario(
         &backend,
         &Guest::default(),
-        r#"
-echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
-echo "u:x:1000:" >>/etc/group
+        &r#"
+ADD_USER_U
 for f in w t o c; do echo data >$f; done
 chmod 6777 w t o
 chmod 4755 c
@@ -208,7 +211,8 @@ expect_eq "$(stat -c %a:%u c)" 755:1000 "chown"
 # Root (CAP_FSETID) keeps them.
 echo x >r; chmod 4755 r; echo more >>r
 expect_eq "$(stat -c %a r)" 4755 "write by root"
-"#,
+"#
+        .replace("ADD_USER_U", ADD_USER_U),
     );
     run.assert_success();
     let flags = logged_init_flags(&run.daemon_log).expect("INIT logged");
