@@ -38,14 +38,19 @@ pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> 
     }
 }
 
+/// Installs the seccomp filter `--seccomp` asks for; call before any thread is started.
+pub fn filter(c: &Confinement) -> std::io::Result<()> {
+    use crate::sys::seccomp::{install, Mismatch};
+    match c.seccomp {
+        SeccompAction::None => Ok(()),
+        SeccompAction::Kill => install(Mismatch::Kill),
+        SeccompAction::Log => install(Mismatch::Log),
+        SeccompAction::Trap => install(Mismatch::Trap),
+    }
+}
+
 /// Logs one warning for each confinement setting that is not enforced.
 pub fn report(c: &Confinement) {
-    if c.seccomp != SeccompAction::None {
-        warn!(
-            "--seccomp {:?}: no seccomp filter is installed yet; every system call is allowed",
-            c.seccomp
-        );
-    }
     if let Some(m) = &c.modcaps {
         warn!("--modcaps {m}: capabilities are not changed yet");
     }

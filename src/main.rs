@@ -74,6 +74,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if let Err(e) = union_virtiofsd::confine::filter(&cfg.confinement) {
+        error!("cannot install the seccomp filter: {e}");
+        return ExitCode::FAILURE;
+    }
     let daemon = match bound.start(fs) {
         Ok(d) => d,
         Err(e) => {

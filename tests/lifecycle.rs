@@ -106,7 +106,8 @@ fn sandboxed_child(parent: u32) -> u32 {
     }
 }
 
-/// `--sandbox namespace` (the default as root): the serving process lives in its own mount,
+/// `--sandbox namespace` and `--seccomp kill` (the defaults as root): the serving process, under
+/// a seccomp filter, lives in its own mount,
 /// PID and network namespaces, its / holds only the branches and its own /proc (no host path,
 /// no other process), it serves, and SIGTERM to the process the launcher started ends both
 /// with exit 0 and removes the socket.
@@ -161,6 +162,8 @@ fn the_default_sandbox_shows_only_the_branches() {
     // no_new_privs is set.
     let status = std::fs::read_to_string(format!("/proc/{inner}/status")).unwrap();
     assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    // The seccomp filter (--seccomp kill, the default) is installed: mode 2 = filter.
+    assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -10,4 +10,5 @@ pub mod file;
 pub mod files;
 pub mod limits;
 pub mod sandbox;
+pub mod seccomp;
 pub mod thread;
