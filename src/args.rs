@@ -75,6 +75,102 @@ pub enum InodeFileHandles {
     Mandatory,
 }
 
+/// virtiofsd's negotiation modes for `--posix-acl` and `--security-label`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NegotiationMode {
+    /// Do not enable the feature.
+    Never,
+    /// Enable it if the guest supports it.
+    Auto,
+    /// Require it.
+    Always,
+}
+
+/// virtiofsd's `--migration-mode` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MigrationMode {
+    /// Send the paths of the inodes the guest holds.
+    FindPaths,
+    /// Send file handles.
+    FileHandles,
+}
+
+/// virtiofsd's `--migration-on-error` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MigrationOnError {
+    /// Fail the migration.
+    Abort,
+    /// Finish it; the guest gets errors for the inodes that could not be migrated.
+    GuestError,
+}
+
+/// A command-line value that does not have the expected shape.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{value}': expected {expected}")]
+pub struct BadValue {
+    /// What was given.
+    pub value: String,
+    /// What is accepted.
+    pub expected: &'static str,
+}
+
+impl BadValue {
+    fn new(value: &str, expected: &'static str) -> Self {
+        BadValue {
+            value: value.to_string(),
+            expected,
+        }
+    }
+}
+
+/// One `--modcaps` item: a capability added to or removed from the set the daemon keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CapChange {
+    /// `+` (keep it) or `-` (drop it).
+    pub add: bool,
+    /// The capability.
+    pub cap: caps::Capability,
+}
+
+/// A `--modcaps` (or legacy `-o modcaps=`) list: `+sys_admin:-chown` (names with or without
+/// `cap_`, any case, as virtiofsd accepts them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapChanges(pub Vec<CapChange>);
+
+impl std::str::FromStr for CapChanges {
+    type Err = BadValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || BadValue::new(s, "(+|-)CAPABILITY:… such as +sys_admin:-chown");
+        let one = |item: &str| -> Result<CapChange, BadValue> {
+            let add = match item.chars().next() {
+                Some('+') => true,
+                Some('-') => false,
+                _ => return Err(bad()),
+            };
+            let name = item[1..].to_ascii_uppercase();
+            let name = name.strip_prefix("CAP_").unwrap_or(&name);
+            let cap = format!("CAP_{name}").parse().map_err(|_| bad())?;
+            Ok(CapChange { add, cap })
+        };
+        s.split(':')
+            .map(one)
+            .collect::<Result<_, _>>()
+            .map(CapChanges)
+    }
+}
+
+impl std::fmt::Display for CapChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, c) in self.0.iter().enumerate() {
+            let name = c.cap.to_string().to_ascii_lowercase();
+            let name = name.strip_prefix("cap_").unwrap_or(&name).to_owned();
+            let sep = if i == 0 { "" } else { ":" };
+            write!(f, "{sep}{}{name}", if c.add { '+' } else { '-' })?;
+        }
+        Ok(())
+    }
+}
+
 /// A mergerfs branch list as given to `--branches` (`/a=RW:/b=RO`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BranchList(pub Vec<Branch>);
@@ -134,7 +230,7 @@ pub struct Args {
     pub print_capabilities: bool,
 
     /// Log verbosity.
-    #[arg(long, value_enum, value_name = "LEVEL", default_value_t = LogLevel::Info)]
+    #[arg(long, value_enum, ignore_case = true, value_name = "LEVEL", default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,
 
     /// How long, in seconds, the guest may cache names and attributes (sets cache.attr and
@@ -189,29 +285,33 @@ pub struct Args {
     #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
-    /// Support POSIX ACLs (implies --xattr): the guest kernel enforces them (FUSE_POSIX_ACL).
-    #[arg(long)]
-    pub posix_acl: bool,
+    /// POSIX ACL support (implies --xattr); a bare --posix-acl is `always`. ACL xattrs are
+    /// stored, but the guest is not told to enforce them (a note is logged).
+    #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
+          default_missing_value = "always")]
+    pub posix_acl: Option<NegotiationMode>,
 
     /// virtiofsd's xattr name mapping rules (not supported: names pass through unchanged).
     #[arg(long, value_name = "RULES")]
     pub xattrmap: Option<String>,
 
-    /// Security label support (not supported: a note is logged).
-    #[arg(long)]
-    pub security_label: bool,
+    /// Security label support (implies --xattr); a bare --security-label is `always` (not
+    /// supported: a note is logged).
+    #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
+          default_missing_value = "always")]
+    pub security_label: Option<NegotiationMode>,
 
     /// Sandbox mechanism isolating the daemon.
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(long, value_enum, ignore_case = true, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
 
     /// Action on a system call outside the allowlist.
     #[arg(long, value_enum, value_name = "ACTION")]
     pub seccomp: Option<SeccompAction>,
 
-    /// Change the capability set, e.g. +sys_admin:-chown.
-    #[arg(long, value_name = "CAPS")]
-    pub modcaps: Option<String>,
+    /// Change the capability set kept by the daemon, e.g. +sys_admin:-chown.
+    #[arg(long, value_name = "(+|-)CAP:…")]
+    pub modcaps: Option<CapChanges>,
 
     /// The whole share is read-only, whatever the branch modes: every change is EROFS.
     #[arg(long)]
@@ -231,7 +331,7 @@ pub struct Args {
 
     /// virtiofsd's caching policy (auto, always, metadata, never): sets cache.files,
     /// cache.attr and cache.entry.
-    #[arg(long, value_enum, value_name = "POLICY")]
+    #[arg(long, value_enum, ignore_case = true, value_name = "POLICY")]
     pub cache: Option<CachePolicy>,
 
     /// Allow shared mmap with cache=never/metadata (DAX is not offered: a note is logged).
@@ -287,13 +387,14 @@ pub struct Args {
     #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
     pub translate_gid: Vec<Translate>,
 
-    /// Migration mode (migration is not supported).
-    #[arg(long, value_name = "MODE")]
-    pub migration_mode: Option<String>,
+    /// How migration state is represented (migration is not supported).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub migration_mode: Option<MigrationMode>,
 
-    /// Migration error handling (migration is not supported).
-    #[arg(long, value_name = "MODE")]
-    pub migration_on_error: Option<String>,
+    /// What the migration destination does with an inode it cannot open (migration is not
+    /// supported).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub migration_on_error: Option<MigrationOnError>,
 
     /// Migration handle verification (migration is not supported).
     #[arg(long)]
@@ -324,10 +425,10 @@ pub struct IdMap {
 }
 
 impl std::str::FromStr for IdMap {
-    type Err = String;
+    type Err = BadValue;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
-        let bad = || format!("'{s}': expected :namespace_id:host_id:count:");
+        let bad = || BadValue::new(s, ":namespace_id:host_id:count:");
         let [_, a, b, c, _] = parts[..] else {
             return Err(bad());
         };
@@ -371,9 +472,9 @@ pub struct Translate {
 }
 
 impl std::str::FromStr for Translate {
-    type Err = String;
+    type Err = BadValue;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("'{s}': expected TYPE:SOURCE:TARGET:COUNT");
+        let bad = || BadValue::new(s, "TYPE:SOURCE:TARGET:COUNT");
         let parts: Vec<&str> = s.split(':').collect();
         let n = |x: &str| x.parse::<u32>().map_err(|_| bad());
         let kind = match parts.first().copied() {

@@ -50,7 +50,10 @@ fn main() -> ExitCode {
     union_virtiofsd::confine::report(&cfg.confinement);
     match union_virtiofsd::sys::limits::set_nofile(cfg.rlimit_nofile) {
         Ok(n) => log::info!("open file limit: {n}"),
-        Err(e) => log::warn!("cannot set the open file limit: {e}"),
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
     }
     let bound = match Bound::new(&cfg.daemon) {
         Ok(b) => b,

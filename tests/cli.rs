@@ -82,6 +82,61 @@ fn bad_command_lines_exit_2_with_one_error_line() {
             &["--socket-path", sock, "--branch", dir, "--bogus-flag"],
             "--bogus-flag",
         ),
+        // virtiofsd's own rules and value syntax.
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--shared-dir",
+                dir,
+                "--modcaps=+nosuch",
+            ],
+            "+nosuch",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--shared-dir",
+                dir,
+                "--posix-acl",
+                "--translate-uid=guest:0:1000:1",
+            ],
+            "--translate-uid",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--shared-dir",
+                dir,
+                "--migration-mode=file-handles",
+                "--migration-verify-handles",
+            ],
+            "--migration-verify-handles",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--shared-dir",
+                dir,
+                "-o",
+                "sandbox=jail",
+            ],
+            "sandbox",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--shared-dir",
+                dir,
+                "--sandbox=none",
+                "--rlimit-nofile=99999999999",
+            ],
+            "fs.nr_open",
+        ),
     ];
     for (args, needle) in cases {
         let (code, _, err) = run(args);

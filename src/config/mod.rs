@@ -10,7 +10,10 @@ use std::os::unix::io::RawFd;
 
 use log::LevelFilter;
 
-use crate::args::{Args, CachePolicy, IdMap, LogLevel, SandboxMode, SeccompAction, Translate};
+use crate::args::{
+    Args, CachePolicy, CapChanges, IdMap, LogLevel, MigrationMode, NegotiationMode, SandboxMode,
+    SeccompAction, Translate,
+};
 use crate::fs::FsConfig;
 use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
@@ -72,6 +75,12 @@ pub enum ConfigError {
     /// --socket-group names no group.
     #[error("--socket-group '{0}': no such group")]
     SocketGroup(String),
+    /// --translate-uid/--translate-gid with POSIX ACLs (ACL entries would name untranslated ids).
+    #[error("--translate-uid/--translate-gid cannot be used with --posix-acl={0:?} (translated ids would break POSIX ACLs)")]
+    TranslateWithAcl(NegotiationMode),
+    /// A --migration-* flag that only applies to the find-paths mode, with --migration-mode=file-handles.
+    #[error("{0} cannot be used with --migration-mode=file-handles")]
+    MigrationFlag(&'static str),
 }
 
 /// What the confinement settings ask for (sandbox, seccomp, capabilities, id mapping).
@@ -81,8 +90,8 @@ pub struct Confinement {
     pub sandbox: SandboxMode,
     /// `--seccomp` (default kill, as virtiofsd).
     pub seccomp: SeccompAction,
-    /// `--modcaps`.
-    pub modcaps: Option<String>,
+    /// `--modcaps` (or `-o modcaps=`).
+    pub modcaps: Option<CapChanges>,
     /// `--uid-map` ranges.
     pub uid_map: Vec<IdMap>,
     /// `--gid-map` ranges.
@@ -196,6 +205,22 @@ impl TryFrom<Args> for Config {
             return Err(ConfigError::ThreadPoolSize(thread_pool_size));
         }
 
+        let posix_acl = args
+            .posix_acl
+            .or(legacy.posix_acl)
+            .unwrap_or(NegotiationMode::Never);
+        let translating = !args.translate_uid.is_empty() || !args.translate_gid.is_empty();
+        if translating && posix_acl != NegotiationMode::Never {
+            return Err(ConfigError::TranslateWithAcl(posix_acl));
+        }
+        if args.migration_mode == Some(MigrationMode::FileHandles) {
+            if args.migration_verify_handles {
+                return Err(ConfigError::MigrationFlag("--migration-verify-handles"));
+            }
+            if args.migration_confirm_paths {
+                return Err(ConfigError::MigrationFlag("--migration-confirm-paths"));
+            }
+        }
         let confinement = Confinement {
             sandbox: args
                 .sandbox
@@ -272,6 +297,8 @@ fn apply_virtiofsd(
             s.apply("cache.files", "off")?;
             s.apply("cache.attr", "0")?;
             s.apply("cache.entry", "0")?;
+            // As virtiofsd: READDIRPLUS would fill the guest's caches it must not keep.
+            s.opts.readdirplus = false;
         }
     }
     if let Some(t) = legacy.timeout {
@@ -284,11 +311,13 @@ fn apply_virtiofsd(
     if args.no_readdirplus || legacy.readdirplus == Some(false) {
         s.opts.readdirplus = false;
     }
-    if args.posix_acl || legacy.posix_acl == Some(true) {
+    let on = |m: Option<NegotiationMode>| m.is_some_and(|m| m != NegotiationMode::Never);
+    if on(args.posix_acl.or(legacy.posix_acl)) {
         s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
         notes.push("--posix-acl: ACL xattrs are stored on the host, but FUSE_POSIX_ACL is not negotiated: the guest checks only mode bits".into());
     }
-    if args.security_label || legacy.security_label == Some(true) {
+    if on(args.security_label.or(legacy.security_label)) {
+        s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
         notes.push("--security-label: security labels are not supported; new files get the host's default label".into());
     }
     if args.xattrmap.is_some() || legacy.xattrmap.is_some() {
@@ -309,7 +338,7 @@ fn apply_virtiofsd(
     }
     if args.allow_mmap {
         notes.push(
-            "--allow-mmap: DAX is not offered; shared mmap works through the guest page cache"
+            "--allow-mmap: FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated; with --cache=never|metadata a shared mmap fails in the guest (ENODEV)"
                 .into(),
         );
     }
@@ -511,6 +540,79 @@ mod tests {
         for argv in bad {
             assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
         }
+    }
+
+    #[test]
+    fn virtiofsd_flags_keep_its_syntax() {
+        let base = ["--socket-path=/s", "--shared-dir=/a"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        // A bare --posix-acl is `always` and does not swallow the next flag.
+        let c = parse(&["--posix-acl", "--socket-path=/s", "--shared-dir=/a"]).unwrap();
+        assert_eq!(c.notes.len(), 1, "{:?}", c.notes);
+        assert!(c.notes[0].starts_with("--posix-acl"));
+        assert!(with(&["--posix-acl=never"]).unwrap().notes.is_empty());
+        assert_eq!(
+            with(&["--posix-acl=auto", "--security-label"])
+                .unwrap()
+                .notes
+                .len(),
+            2
+        );
+        assert!(matches!(
+            with(&["--posix-acl=auto", "--translate-uid=guest:0:1000:1"]),
+            Err(ConfigError::TranslateWithAcl(NegotiationMode::Auto))
+        ));
+        assert!(matches!(
+            with(&["-o", "posix_acl", "--translate-gid=map:0:1000:1"]),
+            Err(ConfigError::TranslateWithAcl(NegotiationMode::Always))
+        ));
+        assert!(with(&["--translate-uid=squash-guest:0:1000:65536"]).is_ok());
+        assert!(matches!(
+            with(&["--migration-mode=file-handles", "--migration-confirm-paths"]),
+            Err(ConfigError::MigrationFlag("--migration-confirm-paths"))
+        ));
+        let c = with(&["--migration-mode=find-paths", "--migration-verify-handles"]).unwrap();
+        assert_eq!(c.notes, ["--migration-*: migration is not supported"]);
+        // virtiofsd lowercases --cache, --sandbox and --log-level; cache=never drops READDIRPLUS.
+        let c = with(&["--cache=NEVER", "--sandbox=None", "--log-level=DEBUG"]).unwrap();
+        assert!(!c.fs.opts.readdirplus);
+        assert_eq!(c.fs.opts.cache_entry, Duration::ZERO);
+        assert_eq!(c.confinement.sandbox, SandboxMode::None);
+        assert_eq!(c.log_level, LevelFilter::Debug);
+        assert!(with(&[]).unwrap().fs.opts.readdirplus);
+        // --modcaps is typed, from the flag or the legacy key.
+        let c = with(&["--modcaps=+sys_admin:-CHOWN"]).unwrap();
+        let m = c.confinement.modcaps.unwrap();
+        assert_eq!(m.0[0].cap, caps::Capability::CAP_SYS_ADMIN);
+        assert!(m.0[0].add && !m.0[1].add);
+        let c = parse(&["--socket-path=/s", "-o", "source=/a,modcaps=-fsetid"]).unwrap();
+        assert_eq!(c.confinement.modcaps.unwrap().to_string(), "-fsetid");
+        assert_eq!(c.fs.branches[0].path, PathBuf::from("/a"));
+    }
+
+    #[test]
+    fn malformed_virtiofsd_values_are_refused_by_clap() {
+        let bad: [&[&str]; 7] = [
+            &["x", "--modcaps=sys_admin"],
+            &["x", "--modcaps=+no_such_cap"],
+            &["x", "--modcaps=+chown::-fsetid"],
+            &["x", "--migration-mode=teleport"],
+            &["x", "--migration-on-error=ignore"],
+            &["x", "--posix-acl=sometimes"],
+            &["x", "--uid-map=0:1000:1"],
+        ];
+        for argv in bad {
+            assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let ok = Args::try_parse_from(["x", "--migration-on-error=guest-error"]).unwrap();
+        assert_eq!(
+            ok.migration_on_error,
+            Some(crate::args::MigrationOnError::GuestError)
+        );
     }
 
     #[test]

@@ -292,9 +292,13 @@ impl Settings {
         (spec.set)(self, value.trim()).map_err(|e| bad(key, value, e))
     }
 
-    /// Applies a mergerfs `-o` string: `a=b,c,d=e`.
+    /// Applies a mergerfs `-o` string: `a=b,c,d=e`. A comma inside a value is written `,,`
+    /// (libvirt escapes `-o source=` paths so) or `\,` (libfuse's escape, as mergerfs reads it).
     pub fn apply_list(&mut self, list: &str) -> Result<(), OptionError> {
-        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        for item in split_list(list).iter().map(|i| i.trim()) {
+            if item.is_empty() {
+                continue;
+            }
             let (k, v) = item.split_once('=').unwrap_or((item, ""));
             self.apply(k, v)?;
         }
@@ -318,6 +322,25 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Splits an `-o` string at single commas; `,,` and `\,` stand for a literal comma.
+fn split_list(list: &str) -> Vec<String> {
+    let mut items = vec![String::new()];
+    let mut chars = list.chars().peekable();
+    while let Some(c) = chars.next() {
+        let literal_comma = match c {
+            ',' | '\\' => chars.next_if_eq(&',').is_some(),
+            _ => false,
+        };
+        let cur = items.last_mut().expect("never empty");
+        match c {
+            _ if literal_comma => cur.push(','),
+            ',' => items.push(String::new()),
+            _ => cur.push(c),
+        }
+    }
+    items
 }
 
 fn bad(key: &str, value: &str, e: Expected) -> OptionError {
@@ -359,6 +382,20 @@ mod tests {
         assert_eq!(s.opts.statfs_ignore, StatfsIgnore::Ro);
         assert_eq!(s.opts.cache_negative_entry, Duration::from_millis(2500));
         assert!(s.opts.direct_io);
+    }
+
+    #[test]
+    fn escaped_commas_stay_in_the_value() {
+        assert_eq!(split_list("a=1,b"), ["a=1", "b"]);
+        assert_eq!(
+            split_list("source=/x,,y,cache=none"),
+            ["source=/x,y", "cache=none"]
+        );
+        assert_eq!(split_list(r"source=/x\,y,xattr"), ["source=/x,y", "xattr"]);
+        assert_eq!(split_list(r"a=\x"), [r"a=\x"]);
+        let mut s = Settings::default();
+        s.apply_list("source=/srv/a,,b,,,cache=none").unwrap();
+        assert_eq!(s.virtiofsd.source, Some("/srv/a,b,".into()));
     }
 
     #[test]

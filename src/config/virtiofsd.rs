@@ -1,15 +1,16 @@
 //! virtiofsd's legacy `-o` keys (`-o source=DIR,cache=none,xattr,no_flock,…`, as libvirt and
 //! older launchers write them), accepted in the same `-o` strings as the mergerfs options, and
-//! the notes logged for virtiofsd settings this daemon cannot honour. Where a name means
-//! something to both (only `xattr`), a bare `xattr` is virtiofsd's "enable" and `xattr=VALUE`
-//! is mergerfs's mode. Pure parsing: nothing here acts.
+//! the notes logged for virtiofsd settings this daemon cannot honour. The rule where a name
+//! means something to both: a bare key is virtiofsd's switch, `key=VALUE` is mergerfs's option
+//! (`xattr` = `xattr=passthrough`, while `xattr=nosys` is mergerfs's mode; `posix_acl` =
+//! `posix_acl=true`, mergerfs's boolean). Pure parsing: nothing here acts.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use log::LevelFilter;
 
-use crate::args::{CachePolicy, SandboxMode};
+use crate::args::{CachePolicy, CapChanges, NegotiationMode, SandboxMode};
 
 /// What the legacy keys set, kept until `config` merges it with the typed flags.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -24,14 +25,14 @@ pub struct Legacy {
     pub log_level: Option<LevelFilter>,
     /// `timeout=SECS`: the cache timeout of old virtiofsd.
     pub timeout: Option<Duration>,
-    /// `modcaps=…`.
-    pub modcaps: Option<String>,
+    /// `modcaps=+cap:-cap…`.
+    pub modcaps: Option<CapChanges>,
     /// `xattrmap=…`.
     pub xattrmap: Option<String>,
-    /// `posix_acl` / `no_posix_acl`.
-    pub posix_acl: Option<bool>,
-    /// `security_label` / `no_security_label`.
-    pub security_label: Option<bool>,
+    /// `posix_acl` / `no_posix_acl` (always / never).
+    pub posix_acl: Option<NegotiationMode>,
+    /// `security_label` / `no_security_label` (always / never).
+    pub security_label: Option<NegotiationMode>,
     /// `writeback` / `no_writeback`.
     pub writeback: Option<bool>,
     /// `flock`, `posix_lock` (host-side locks asked for) / `no_flock`, `no_posix_lock`.
@@ -46,13 +47,23 @@ pub struct Legacy {
 
 /// Applies legacy key `name` (normalized: `_` as `-`) with `value`; `None` if it is not one.
 pub(crate) fn apply(l: &mut Legacy, name: &str, value: &str) -> Option<Result<(), &'static str>> {
-    let flag = |slot: &mut Option<bool>, on: bool| {
-        if value.is_empty() {
-            *slot = Some(on);
-            Ok(())
-        } else {
-            Err("no value")
-        }
+    // A switch takes no value; its positive form also takes a mergerfs boolean.
+    let switch = |on: bool| match (value, on) {
+        ("", _) => Ok(on),
+        ("true" | "1" | "yes" | "on", true) => Ok(true),
+        ("false" | "0" | "no" | "off", true) => Ok(false),
+        (_, true) => Err("no value, true or false"),
+        (_, false) => Err("no value"),
+    };
+    let flag = |slot: &mut Option<bool>, on: bool| switch(on).map(|v| *slot = Some(v));
+    let mode = |slot: &mut Option<NegotiationMode>, on: bool| {
+        switch(on).map(|v| {
+            *slot = Some(if v {
+                NegotiationMode::Always
+            } else {
+                NegotiationMode::Never
+            })
+        })
     };
     Some(match name {
         "source" if !value.is_empty() => {
@@ -88,12 +99,15 @@ pub(crate) fn apply(l: &mut Legacy, name: &str, value: &str) -> Option<Result<()
             Some(d) => set(&mut l.timeout, d),
             None => Err("a number of seconds"),
         },
-        "modcaps" => set(&mut l.modcaps, value.to_string()),
+        "modcaps" => match value.parse() {
+            Ok(c) => set(&mut l.modcaps, c),
+            Err(_) => Err("(+|-)CAPABILITY:… such as +sys_admin:-chown"),
+        },
         "xattrmap" => set(&mut l.xattrmap, value.to_string()),
-        "posix-acl" => flag(&mut l.posix_acl, true),
-        "no-posix-acl" => flag(&mut l.posix_acl, false),
-        "security-label" => flag(&mut l.security_label, true),
-        "no-security-label" => flag(&mut l.security_label, false),
+        "posix-acl" => mode(&mut l.posix_acl, true),
+        "no-posix-acl" => mode(&mut l.posix_acl, false),
+        "security-label" => mode(&mut l.security_label, true),
+        "no-security-label" => mode(&mut l.security_label, false),
         "writeback" => flag(&mut l.writeback, true),
         "no-writeback" => flag(&mut l.writeback, false),
         "flock" | "posix-lock" => flag(&mut l.locks, true),
@@ -138,7 +152,33 @@ mod tests {
         assert_eq!(l.locks, Some(true));
         assert_eq!(l.log_level, Some(LevelFilter::Debug));
         assert!(apply(&mut l, "cache", "sometimes").unwrap().is_err());
-        assert!(apply(&mut l, "writeback", "yes").unwrap().is_err());
+        assert!(apply(&mut l, "writeback", "maybe").unwrap().is_err());
+        assert!(apply(&mut l, "no-writeback", "true").unwrap().is_err());
         assert!(apply(&mut l, "category.create", "ff").is_none());
+        assert!(apply(&mut l, "modcaps", "+sys_admin:chown")
+            .unwrap()
+            .is_err());
+        assert!(apply(&mut l, "modcaps", "+no_such_cap").unwrap().is_err());
+    }
+
+    #[test]
+    fn switches_take_mergerfs_booleans() {
+        // mergerfs's `posix_acl=BOOL` and virtiofsd's bare `posix_acl` mean the same.
+        let mut l = Legacy::default();
+        apply(&mut l, "posix-acl", "").unwrap().unwrap();
+        assert_eq!(l.posix_acl, Some(NegotiationMode::Always));
+        apply(&mut l, "posix-acl", "false").unwrap().unwrap();
+        assert_eq!(l.posix_acl, Some(NegotiationMode::Never));
+        apply(&mut l, "no-security-label", "").unwrap().unwrap();
+        assert_eq!(l.security_label, Some(NegotiationMode::Never));
+        apply(&mut l, "writeback", "true").unwrap().unwrap();
+        assert_eq!(l.writeback, Some(true));
+        apply(&mut l, "modcaps", "+SYS_ADMIN:-cap_chown")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            l.modcaps.map(|c| c.to_string()).as_deref(),
+            Some("+sys_admin:-chown")
+        );
     }
 }

@@ -1,36 +1,84 @@
 //! Process resource limits. Each node the guest holds keeps an `O_PATH` descriptor (as in
-//! virtiofsd), so the soft open-file limit is raised to the hard one at start.
+//! virtiofsd), so the open-file limit is raised at start the way virtiofsd raises it.
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-/// `--rlimit-nofile`: `Some(0)` leaves the limit alone, `Some(n)` sets soft and hard limit to
-/// `n`, `None` raises the soft limit to the hard one. Returns the limit now in force.
-pub fn set_nofile(n: Option<u64>) -> std::io::Result<u64> {
-    match n {
-        None => raise_nofile(),
-        Some(0) => Ok(nofile()),
-        Some(n) => {
-            setrlimit(
-                Resource::Nofile,
-                Rlimit {
-                    current: Some(n),
-                    maximum: Some(n),
-                },
-            )?;
+/// virtiofsd's default target for `RLIMIT_NOFILE`.
+pub const DEFAULT_NOFILE: u64 = 1_000_000;
+
+/// Why the open-file limit could not be set.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    /// `--rlimit-nofile` above the kernel's `fs.nr_open`.
+    #[error("--rlimit-nofile {asked}: the kernel allows at most {nr_open} (fs.nr_open)")]
+    AboveNrOpen {
+        /// What was asked for.
+        asked: u64,
+        /// `/proc/sys/fs/nr_open`.
+        nr_open: u64,
+    },
+    /// setrlimit refused the value asked for.
+    #[error("cannot set the open file limit to {asked}: {source}")]
+    Set {
+        /// What was asked for.
+        asked: u64,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// `--rlimit-nofile`, with virtiofsd's meaning: `Some(0)` leaves the limit alone, `Some(n)`
+/// sets soft and hard limit to `n` (an error if the kernel refuses), `None` sets both to
+/// min(1,000,000, `fs.nr_open`) unless the soft limit is already that high, falling back to
+/// the hard limit when that is not allowed. Returns the soft limit now in force.
+pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
+    let nr_open = nr_open();
+    let cur = nofile();
+    let target = match n {
+        Some(0) => return Ok(cur),
+        Some(n) if nr_open.is_some_and(|max| n > max) => {
+            return Err(LimitError::AboveNrOpen {
+                asked: n,
+                nr_open: nr_open.unwrap_or(0),
+            })
+        }
+        Some(n) => n,
+        None if cur >= DEFAULT_NOFILE => return Ok(cur),
+        None => nr_open.map_or(DEFAULT_NOFILE, |max| max.min(DEFAULT_NOFILE)),
+    };
+    match set_both(target) {
+        Ok(()) => Ok(nofile()),
+        Err(source) if n.is_some() => Err(LimitError::Set {
+            asked: target,
+            source,
+        }),
+        Err(_) => {
+            // Not privileged enough for the default: as far as the hard limit allows.
+            let hard = getrlimit(Resource::Nofile).maximum.unwrap_or(u64::MAX);
+            set_both(hard).map_err(|source| LimitError::Set {
+                asked: hard,
+                source,
+            })?;
             Ok(nofile())
         }
     }
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
-pub fn raise_nofile() -> std::io::Result<u64> {
-    let cur = getrlimit(Resource::Nofile);
-    let raised = Rlimit {
-        current: cur.maximum,
-        maximum: cur.maximum,
+fn set_both(n: u64) -> std::io::Result<()> {
+    let limit = Rlimit {
+        current: Some(n),
+        maximum: Some(n),
     };
-    setrlimit(Resource::Nofile, raised)?;
-    Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
+    setrlimit(Resource::Nofile, limit).map_err(std::io::Error::from)
+}
+
+/// The kernel's ceiling for `RLIMIT_NOFILE` (`/proc/sys/fs/nr_open`), if readable.
+fn nr_open() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The soft `RLIMIT_NOFILE` now in force.
