@@ -362,7 +362,8 @@ pub struct Args {
     #[arg(long)]
     pub preserve_noatime: bool,
 
-    /// Log to syslog (logs stay on stderr; a note is logged).
+    /// Log to syslog (/dev/log) instead of stderr (errors are also printed on stderr); falls
+    /// back to stderr with a warning when there is no syslog socket.
     #[arg(long)]
     pub syslog: bool,
 

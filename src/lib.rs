@@ -6,6 +6,7 @@ pub mod config;
 pub mod confine;
 pub mod docs;
 pub mod fs;
+pub mod logging;
 pub mod sys;
 pub mod union;
 pub mod vhost;

@@ -23,12 +23,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // RUST_LOG, when set (Podman passes RUST_LOG=ERROR), wins as it does for virtiofsd.
-    env_logger::Builder::new()
-        .filter_level(union_virtiofsd::config::early_log_level(&args))
-        .parse_env("RUST_LOG")
-        .format_timestamp_millis()
-        .target(env_logger::Target::Stderr)
-        .init();
+    let level = union_virtiofsd::config::early_log_level(&args);
+    union_virtiofsd::logging::init(level, args.syslog);
 
     let cfg = match Config::try_from(args) {
         Ok(cfg) => cfg,

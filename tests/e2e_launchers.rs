@@ -151,6 +151,17 @@ fn kata_go_runtime() {
     ];
     let run = boot(&via_fd(3, &args), RW_SCENARIO);
     check_rw(&run, d.path());
+    // --syslog logs to /dev/log; where there is none, to stderr with one warning (as virtiofsd).
+    if !Path::new("/dev/log").exists() {
+        assert!(
+            run.daemon_log.contains("--syslog: cannot reach /dev/log")
+                && run
+                    .daemon_log
+                    .contains("Waiting for vhost-user socket connection"),
+            "{}",
+            run.daemon_log
+        );
+    }
 }
 
 #[test]

@@ -345,9 +345,6 @@ fn apply_virtiofsd(
     if args.preserve_noatime {
         notes.push("--preserve-noatime: O_NOATIME from the guest is always dropped".into());
     }
-    if args.syslog {
-        notes.push("--syslog: logging to syslog is not supported; logs go to stderr".into());
-    }
     if args.inode_file_handles == Some(crate::args::InodeFileHandles::Mandatory) {
         notes.push(
             "--inode-file-handles=mandatory: nodes keep O_PATH descriptors (as 'never')".into(),
