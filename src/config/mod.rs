@@ -592,6 +592,31 @@ mod tests {
     }
 
     #[test]
+    fn legacy_and_mergerfs_keys_mix_in_one_string() {
+        let c = parse(&[
+            "--socket-path=/s",
+            "-o",
+            "source=/a,category.create=mfs,no_flock,cache=none,minfreespace=1G,xattr=nosys",
+            "-o",
+            "loglevel=warn,statfs_ignore=ro",
+            "--branch=/b=RO",
+        ])
+        .unwrap();
+        let paths: Vec<_> = c.fs.branches.iter().map(|b| b.path.clone()).collect();
+        assert_eq!(paths, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
+        use crate::fs::options::Func;
+        use crate::union::policy::Policy;
+        assert_eq!(c.fs.opts.policies.get(Func::Create), Policy::Mfs);
+        assert_eq!(c.fs.opts.minfreespace, 1 << 30);
+        assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
+        assert_eq!(c.fs.opts.cache_attr, Duration::ZERO);
+        assert_eq!(c.log_level, LevelFilter::Warn);
+        // no_flock asks for what is done anyway (guest-local locks): no note.
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+    }
+
+    #[test]
     fn malformed_virtiofsd_values_are_refused_by_clap() {
         let bad: [&[&str]; 7] = [
             &["x", "--modcaps=sys_admin"],
