@@ -334,7 +334,9 @@ pub struct Args {
     #[arg(long, value_enum, ignore_case = true, value_name = "POLICY")]
     pub cache: Option<CachePolicy>,
 
-    /// Allow shared mmap with cache=never/metadata (DAX is not offered: a note is logged).
+    /// Allow shared mmap of files the guest does not cache (--cache=never|metadata, -o
+    /// direct_io): negotiates FUSE_DIRECT_IO_ALLOW_MMAP. Only safe when nothing else changes
+    /// the shared files.
     #[arg(long)]
     pub allow_mmap: bool,
 

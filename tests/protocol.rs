@@ -90,6 +90,31 @@ fn init_negotiates_max_pages_from_queue_size_and_flag() {
     }
 }
 
+/// `--allow-mmap` (virtiofsd's meaning): FUSE_DIRECT_IO_ALLOW_MMAP, flags2 bit 4, is enabled
+/// when the guest offers it, and only then; without the flag it never is.
+#[test]
+fn allow_mmap_negotiates_direct_io_allow_mmap() {
+    const ALLOW_MMAP: u64 = 1 << 36;
+    for (extra, offer, want) in [
+        (&["--allow-mmap", "--cache=never"][..], true, true),
+        (&["--allow-mmap"][..], false, false),
+        (&["--cache=never"][..], true, false),
+    ] {
+        let d = Daemon::start(&["rw"], extra);
+        let mut dev = d.connect_with(1024);
+        let flags = ops::DEFAULT_INIT_FLAGS | if offer { ALLOW_MMAP } else { 0 };
+        let init = dev.init(flags).expect("INIT");
+        assert_eq!(
+            init.flags2 & (1 << 4) != 0,
+            want,
+            "{extra:?}, offered {offer}"
+        );
+        if want {
+            assert_ne!(u64::from(init.flags) & ops::INIT_EXT, 0, "INIT_EXT echoed");
+        }
+    }
+}
+
 #[test]
 fn file_and_directory_round_trips() {
     let mut d = rw();

@@ -242,6 +242,7 @@ impl TryFrom<Args> for Config {
                 num_request_queues,
                 tag: args.tag.clone(),
                 socket_group,
+                allow_mmap: args.allow_mmap,
             },
             fs: FsConfig {
                 branches,
@@ -333,12 +334,6 @@ fn apply_virtiofsd(
     if legacy.locks == Some(true) {
         notes.push(
             "-o flock/posix_lock: host-side locks are not offered; the guest keeps its locks local"
-                .into(),
-        );
-    }
-    if args.allow_mmap {
-        notes.push(
-            "--allow-mmap: FUSE_DIRECT_IO_ALLOW_MMAP is not negotiated; with --cache=never|metadata a shared mmap fails in the guest (ENODEV)"
                 .into(),
         );
     }

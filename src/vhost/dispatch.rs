@@ -33,6 +33,8 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     max_pages: u16,
     page_size: usize,
     limits: Mutex<Negotiated>,
+    /// INIT flags fuse-backend-rs has no name for, enabled when the guest offers them.
+    raw_init_flags: u64,
 }
 
 /// Whether the request in `chain` is costly enough to hand to a worker (the opcode table's
@@ -109,7 +111,18 @@ where
             max_pages,
             page_size,
             limits: Mutex::new(Negotiated::upper_bound(max_pages, page_size)),
+            raw_init_flags: 0,
         }
+    }
+
+    /// Negotiates FUSE_DIRECT_IO_ALLOW_MMAP when `on` (virtiofsd's `--allow-mmap`).
+    pub fn allow_mmap(mut self, on: bool) -> Self {
+        if on {
+            self.raw_init_flags |= init::DIRECT_IO_ALLOW_MMAP;
+        } else {
+            self.raw_init_flags &= !init::DIRECT_IO_ALLOW_MMAP;
+        }
+        self
     }
 
     /// The limits currently in force (after INIT: what the guest was told).
@@ -298,7 +311,9 @@ where
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
         let pages = init::effective_max_pages(self.max_pages, queue_size);
-        let (out, negotiated) = init::build_reply(&arg, capable, want, pages, self.page_size);
+        let (mut out, negotiated) = init::build_reply(&arg, capable, want, pages, self.page_size);
+        let offered = u64::from(arg.flags) | (u64::from(flags2.unwrap_or(0)) << 32);
+        init::enable_raw(&mut out, offered, self.raw_init_flags);
         debug!(
             "FUSE INIT {}.{} offered {:?}, enabled {:#x}/{:#x}",
             arg.major, arg.minor, capable, out.flags, out.flags2

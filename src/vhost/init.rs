@@ -117,6 +117,22 @@ pub fn build_reply(
     (out, negotiated)
 }
 
+/// `FUSE_DIRECT_IO_ALLOW_MMAP` (flags2 bit 4, Linux 6.6): shared mmap of FOPEN_DIRECT_IO
+/// files is allowed. fuse-backend-rs 0.14 has no name for it.
+pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+
+/// Enables, in `out`, the raw INIT flags in `wanted` that the guest `offered` (`flags |
+/// flags2 << 32`, flags2 only with INIT_EXT): for flags fuse-backend-rs cannot name.
+pub fn enable_raw(out: &mut InitOut, offered: u64, wanted: u64) {
+    let bits = offered & wanted;
+    out.flags |= bits as u32;
+    out.flags2 |= (bits >> 32) as u32;
+    if out.flags2 != 0 {
+        // A high bit was offered, so the guest sent flags2 and set INIT_EXT.
+        out.flags |= FsOptions::INIT_EXT.bits() as u32;
+    }
+}
+
 /// The reply asking a guest with a newer major version to retry with ours.
 pub fn version_reply() -> InitOut {
     InitOut {
@@ -150,6 +166,19 @@ mod tests {
             max_readahead: 131072,
             flags: flags.bits() as u32,
         }
+    }
+
+    #[test]
+    fn raw_flags_are_enabled_only_when_offered() {
+        let mut out = InitOut::default();
+        enable_raw(&mut out, u64::from(KERNEL_VERSION), DIRECT_IO_ALLOW_MMAP);
+        assert_eq!((out.flags, out.flags2), (0, 0));
+        let offered = FsOptions::INIT_EXT.bits() | DIRECT_IO_ALLOW_MMAP;
+        enable_raw(&mut out, offered, 0);
+        assert_eq!((out.flags, out.flags2), (0, 0));
+        enable_raw(&mut out, offered, DIRECT_IO_ALLOW_MMAP);
+        assert_eq!(out.flags2, 1 << 4);
+        assert_eq!(u64::from(out.flags), FsOptions::INIT_EXT.bits());
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct DaemonConfig {
     pub num_request_queues: u16,
     /// The tag offered in the device config space (`--tag`), if any.
     pub tag: Option<String>,
+    /// Negotiate FUSE_DIRECT_IO_ALLOW_MMAP (`--allow-mmap`): shared mmap of files opened with
+    /// FOPEN_DIRECT_IO (`--cache=never|metadata`).
+    pub allow_mmap: bool,
     /// Group that gets the socket (`--socket-group`): group read/write, no access for others.
     pub socket_group: Option<u32>,
 }
@@ -196,7 +199,7 @@ impl Bound {
         F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
     {
         let cfg = &self.cfg;
-        let dispatcher = Dispatcher::new(fs, cfg.max_pages);
+        let dispatcher = Dispatcher::new(fs, cfg.max_pages).allow_mmap(cfg.allow_mmap);
         let backend = FsBackend::new(
             dispatcher,
             cfg.num_request_queues,
