@@ -174,3 +174,52 @@ fn the_default_sandbox_shows_only_the_branches() {
     assert!(!sock.exists(), "socket removed by the parent");
     assert!(!std::path::Path::new(&format!("/proc/{inner}")).exists());
 }
+
+/// `--rlimit-nofile` with virtiofsd's meaning, read from the running daemon's
+/// /proc/PID/limits: N sets soft and hard limit, 0 leaves them, and the default raises them
+/// (to min(1,000,000, fs.nr_open), or where that is not allowed to the hard limit).
+#[test]
+fn rlimit_nofile_sets_the_daemon_limit() {
+    let work = tempfile::tempdir().unwrap();
+    let share = work.path().join("share");
+    std::fs::create_dir(&share).unwrap();
+    let limits_with = |flag: Option<&str>| -> (u64, u64) {
+        let sock = work.path().join("s");
+        // prlimit starts the daemon with soft 1000 / hard 2000 open files.
+        let mut cmd = Command::new("prlimit");
+        cmd.args(["--nofile=1000:2000", env!("CARGO_BIN_EXE_union-virtiofsd")])
+            .arg("--socket-path")
+            .arg(&sock)
+            .arg("--shared-dir")
+            .arg(&share)
+            .args(["--sandbox", "none"])
+            .args(flag)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        wait_socket(&sock);
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap()
+            .to_owned();
+        let ok = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        (n[0], n[1])
+    };
+    assert_eq!(limits_with(Some("--rlimit-nofile=1500")), (1500, 1500));
+    assert_eq!(limits_with(Some("--rlimit-nofile=0")), (1000, 2000));
+    let (soft, hard) = limits_with(None);
+    assert_eq!(soft, hard);
+    assert!(soft >= 2000, "{soft}");
+}

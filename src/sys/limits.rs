@@ -28,9 +28,12 @@ pub enum LimitError {
 }
 
 /// `--rlimit-nofile`, with virtiofsd's meaning: `Some(0)` leaves the limit alone, `Some(n)`
-/// sets soft and hard limit to `n` (an error if the kernel refuses), `None` sets both to
-/// min(1,000,000, `fs.nr_open`) unless the soft limit is already that high, falling back to
-/// the hard limit when that is not allowed. Returns the soft limit now in force.
+/// sets soft and hard limit to `n` (above `fs.nr_open` is an error), `None` sets both to
+/// min(1,000,000, `fs.nr_open`) unless the soft limit is already that high. Where raising the
+/// hard limit is not allowed (no CAP_SYS_RESOURCE, as in many containers) the soft limit is
+/// raised to the hard one with a warning; virtiofsd exits there for an explicit N, which
+/// would stop launchers that always pass one (libvirt, microvm.nix) in such containers.
+/// Returns the soft limit now in force.
 pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
     let nr_open = nr_open();
     let cur = nofile();
@@ -48,17 +51,16 @@ pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
     };
     match set_both(target) {
         Ok(()) => Ok(nofile()),
-        Err(source) if n.is_some() => Err(LimitError::Set {
-            asked: target,
-            source,
-        }),
-        Err(_) => {
-            // Not privileged enough for the default: as far as the hard limit allows.
+        Err(e) => {
+            // Not privileged enough: as far as the hard limit allows.
             let hard = getrlimit(Resource::Nofile).maximum.unwrap_or(u64::MAX);
             set_both(hard).map_err(|source| LimitError::Set {
                 asked: hard,
                 source,
             })?;
+            log::warn!(
+                "cannot raise the open file limit to {target} ({e}); using the hard limit {hard}"
+            );
             Ok(nofile())
         }
     }
