@@ -238,7 +238,8 @@ pub struct Args {
     #[arg(long, value_name = "SECS")]
     pub cache_timeout: Option<String>,
 
-    /// mergerfs-style union options `KEY=VALUE,...` (repeatable; see the list below).
+    /// mergerfs-style union options and virtiofsd's legacy keys, `KEY=VALUE,...` (repeatable;
+    /// see the lists below).
     #[arg(short = 'o', long = "option", value_name = "KEY=VALUE,...")]
     pub options: Vec<String>,
 

@@ -38,16 +38,17 @@ fn ensure_libvirtd() {
     let configured = text.contains(QEMU_CONF);
     if !configured {
         fs::write(conf, format!("{text}{QEMU_CONF}")).unwrap();
-        // A libvirtd started before the change must read it again.
-        let _ = Command::new("pkill").args(["-x", "libvirtd"]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Command::new("pgrep")
-            .args(["-x", "libvirtd"])
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            assert!(Instant::now() < deadline, "libvirtd did not stop");
-            std::thread::sleep(Duration::from_millis(100));
+        // A libvirtd started before the change must read it again: stop it by the pid it
+        // recorded (never by name: other libvirtd instances are not ours to stop).
+        let pid = fs::read_to_string("/run/libvirtd.pid").unwrap_or_default();
+        let pid = pid.trim();
+        if !pid.is_empty() && Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("kill").args(["-TERM", pid]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Path::new(&format!("/proc/{pid}")).exists() {
+                assert!(Instant::now() < deadline, "libvirtd did not stop");
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
     if virsh(&["version"]).status.success() {

@@ -360,6 +360,20 @@ pub fn help_text() -> String {
     s.push_str("  func.<name>=POLICY     per-function policy: create mkdir mknod symlink open getattr access\n");
     s.push_str("                         getxattr listxattr readlink chmod chown link rename rmdir unlink\n");
     s.push_str("                         truncate utimens setxattr removexattr\n");
+    s.push_str("\nvirtiofsd's legacy -o keys, accepted in the same strings: source=DIR,\n");
+    s.push_str(
+        "cache=auto|always|metadata|none, sandbox=, loglevel=, timeout=, modcaps=, xattrmap=,\n",
+    );
+    s.push_str(
+        "xattr, no_xattr, flock, no_flock, posix_lock, no_posix_lock, posix_acl, security_label,\n",
+    );
+    s.push_str(
+        "writeback, announce_submounts, killpriv_v2, readdirplus (and their no_ forms). A bare\n",
+    );
+    s.push_str(
+        "key is virtiofsd's switch, KEY=VALUE mergerfs's option (xattr = xattr=passthrough).\n",
+    );
+    s.push_str("A comma inside a value is written ',,' or '\\,' (-o source=/srv/a,,b).\n");
     s
 }
 
