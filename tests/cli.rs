@@ -189,6 +189,17 @@ fn help_lists_every_option_and_capabilities_are_json() {
         "--inode-file-handles",
         "--announce-submounts",
         "--killpriv-v2",
+        "--posix-acl[=<MODE>]",
+        "--security-label[=<MODE>]",
+        "--modcaps",
+        "--syslog",
+        "--allow-mmap",
+        "--migration-mode",
+        "--migration-on-error",
+        "--preserve-noatime",
+        "--xattrmap",
+        "source=DIR",
+        "no_posix_lock",
     ] {
         assert!(out.contains(opt), "--help lacks {opt}");
     }
