@@ -361,7 +361,8 @@ pub struct Args {
     #[arg(long, overrides_with = "killpriv_v2")]
     pub no_killpriv_v2: bool,
 
-    /// Keep O_NOATIME on guest opens (it is always dropped here; a note is logged).
+    /// Pass O_NOATIME from guest opens to the host (by default it is dropped: the host
+    /// refuses it for files the opener does not own).
     #[arg(long)]
     pub preserve_noatime: bool,
 

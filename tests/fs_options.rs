@@ -487,3 +487,68 @@ fn xattr_sizes_from_the_guest_are_capped() {
         ListxattrReply::Count(n) => panic!("expected names, got a count {n}"),
     }
 }
+
+/// This process's descriptors that refer to `path` (by number).
+fn fds_on(path: &Path) -> Vec<String> {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| fs::read_link(e.path()).ok().as_deref() == Some(path))
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect()
+}
+
+/// The descriptors this process holds for `path` that were not in `before` (from
+/// [`fds_on`]), with their open flags from /proc/self/fdinfo (O_PATH node descriptors left
+/// out).
+fn new_fd_flags(path: &Path, before: &[String]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for name in fds_on(path) {
+        if before.contains(&name) {
+            continue;
+        }
+        let Ok(info) = fs::read_to_string(format!("/proc/self/fdinfo/{name}")) else {
+            continue;
+        };
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+            .unwrap();
+        if flags & libc::O_PATH as u32 == 0 {
+            out.push(flags);
+        }
+    }
+    out
+}
+
+/// `--preserve-noatime` (virtiofsd's meaning): the guest's O_NOATIME reaches the host
+/// descriptor only when asked for; by default it is dropped.
+#[test]
+fn o_noatime_is_dropped_unless_preserved() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("f");
+    fs::write(&file, b"x").unwrap();
+    for preserve in [false, true] {
+        let opts = union_virtiofsd::fs::options::UnionOptions {
+            preserve_noatime: preserve,
+            ..Default::default()
+        };
+        let branch = format!("{}=RW", d.path().display()).parse().unwrap();
+        let fs = union_virtiofsd::fs::UnionFs::new(union_virtiofsd::fs::FsConfig {
+            branches: vec![branch],
+            opts,
+        })
+        .unwrap();
+        let e = walk(&fs, "f").unwrap();
+        let before = fds_on(&file);
+        let flags = (libc::O_RDONLY | libc::O_NOATIME) as u32;
+        let (fh, _, _) = fs.open(&ctx(), e.inode, flags, 0).unwrap();
+        let opened = new_fd_flags(&file, &before);
+        assert_eq!(opened.len(), 1, "{opened:?}");
+        let noatime = opened[0] & libc::O_NOATIME as u32 != 0;
+        assert_eq!(noatime, preserve, "flags {:o}", opened[0]);
+        fs.release(&ctx(), e.inode, 0, fh.unwrap(), false, false, None)
+            .unwrap();
+    }
+}

@@ -337,9 +337,7 @@ fn apply_virtiofsd(
                 .into(),
         );
     }
-    if args.preserve_noatime {
-        notes.push("--preserve-noatime: O_NOATIME from the guest is always dropped".into());
-    }
+    s.opts.preserve_noatime = args.preserve_noatime;
     if args.inode_file_handles == Some(crate::args::InodeFileHandles::Mandatory) {
         notes.push(
             "--inode-file-handles=mandatory: nodes keep O_PATH descriptors (as 'never')".into(),

@@ -306,6 +306,10 @@ pub struct UnionOptions {
     pub killpriv_v2: bool,
     /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
     pub readdirplus: bool,
+    /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
+    /// dropped, as virtiofsd does, because the host refuses it (EPERM) for files the opener
+    /// does not own.
+    pub preserve_noatime: bool,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -337,6 +341,7 @@ impl Default for UnionOptions {
             symlinkify_timeout: Duration::from_secs(3600),
             killpriv_v2: true,
             readdirplus: true,
+            preserve_noatime: false,
         }
     }
 }

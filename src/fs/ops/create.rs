@@ -131,7 +131,7 @@ pub fn create(
     name: &CStr,
     args: CreateIn,
 ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
-    let flags = guest_open_flags(args.flags);
+    let flags = guest_open_flags(args.flags, fs.cfg.opts.preserve_noatime);
     let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
         Err(e)
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>

@@ -21,14 +21,18 @@ use crate::union::BranchMode;
 use std::ffi::CStr;
 
 /// The subset of guest open flags passed to the host; everything else (O_CREAT, O_PATH,
-/// O_DIRECTORY, O_NOCTTY, O_TMPFILE, O_ASYNC…) is dropped.
-pub fn guest_open_flags(flags: u32) -> OFlags {
-    let keep = libc::O_ACCMODE
+/// O_DIRECTORY, O_NOCTTY, O_TMPFILE, O_ASYNC…, and O_NOATIME unless `preserve_noatime`) is
+/// dropped.
+pub fn guest_open_flags(flags: u32, preserve_noatime: bool) -> OFlags {
+    let mut keep = libc::O_ACCMODE
         | libc::O_APPEND
         | libc::O_TRUNC
         | libc::O_DIRECT
         | libc::O_DSYNC
         | libc::O_SYNC;
+    if preserve_noatime {
+        keep |= libc::O_NOATIME;
+    }
     OFlags::from_bits_retain(flags & keep as u32)
 }
 
@@ -66,7 +70,7 @@ pub fn open(
     flags: u32,
     open_flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-    let flags = guest_open_flags(flags);
+    let flags = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
     let mut f = fs.search_node(Func::Open, inode)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
