@@ -8,6 +8,9 @@
 #[path = "support/guest.rs"]
 mod guest;
 
+#[path = "support/signal.rs"]
+mod signal;
+
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -371,12 +374,7 @@ fn probes_pid_file_and_socket_group() {
     assert_eq!(second.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&second.stderr).contains("pid file"));
     assert!(sock.exists(), "the first daemon's socket is left alone");
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal::sigterm(&child);
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(
         !pid.exists() && !sock.exists(),

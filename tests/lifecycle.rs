@@ -1,6 +1,9 @@
 //! The daemon's life cycle as a VMM sees it: serving on an inherited listening socket (`--fd`,
 //! as libvirt passes it) and a clean exit (code 0) on SIGTERM and SIGINT.
 
+#[path = "support/signal.rs"]
+mod signal;
+
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -164,12 +167,7 @@ fn the_default_sandbox_shows_only_the_branches() {
     assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
     // The seccomp filter (--seccomp kill, the default) is installed: mode 2 = filter.
     assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal::sigterm(&child);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
     assert!(!sock.exists(), "socket removed by the parent");
     assert!(!std::path::Path::new(&format!("/proc/{inner}")).exists());
@@ -204,12 +202,7 @@ fn rlimit_nofile_sets_the_daemon_limit() {
             .find(|l| l.starts_with("Max open files"))
             .unwrap()
             .to_owned();
-        let ok = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        signal::sigterm(&child);
         assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
         let n: Vec<u64> = line
             .split_whitespace()

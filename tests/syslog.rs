@@ -3,6 +3,9 @@
 //! seccomp filter, and no longer to stderr. The daemon runs in a private mount namespace whose
 //! `/dev/log` is a socket this test reads (the host's /dev is left alone).
 
+#[path = "support/signal.rs"]
+mod signal;
+
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -68,12 +71,7 @@ fn syslog_receives_the_log_lines_from_the_sandboxed_daemon() {
         lines.iter().any(|l| l.contains("sandbox: new mount")),
         "logged from inside the sandbox: {lines:?}"
     );
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal::sigterm(&child);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);

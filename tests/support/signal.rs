@@ -1,0 +1,14 @@
+//! Sending a signal to a daemon a test started, the way a VMM stops it. Shared by the test
+//! crates that include it with `#[path = "support/signal.rs"] mod signal;`.
+
+use std::process::{Child, Command};
+
+/// Sends SIGTERM to `child`; panics if kill(1) fails (the process is already gone).
+pub fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM {}", child.id());
+}
