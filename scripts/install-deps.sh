@@ -2,7 +2,9 @@
 # Installs the host packages the real-guest tests and the demo need: QEMU 10 from bookworm-backports
 # (vhost-user-fs with memfd shared memory), busybox-static and cpio for the guest initramfs, and the
 # build dependencies of the reference virtiofsd, libvirt 11 (bookworm-backports) for the launcher
-# test, and python3 (the tests' inherited-socket wrapper). Adds the bookworm-backports apt source if missing.
+# test, python3 (the tests' inherited-socket wrapper) and uidmap (newuidmap/newgidmap for the
+# unprivileged daemon's --uid-map). Also makes the system user uvfs-test with a subordinate id
+# range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -19,7 +21,16 @@ declare -A probe=(
     [fuse3]=/usr/bin/fusermount3
     [mergerfs]=/usr/bin/mergerfs
     [python3]=/usr/bin/python3
+    [uidmap]=/usr/bin/newuidmap
 )
+# The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
+if ! id uvfs-test >/dev/null 2>&1; then
+    as_root useradd --system --no-create-home --shell /usr/sbin/nologin uvfs-test
+fi
+for f in /etc/subuid /etc/subgid; do
+    grep -q '^uvfs-test:' "$f" 2>/dev/null || echo "uvfs-test:600000:65536" | as_root tee -a "$f" >/dev/null
+done
+
 missing=()
 for pkg in "${!probe[@]}"; do
     [ -e "${probe[$pkg]}" ] || missing+=("$pkg")

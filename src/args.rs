@@ -229,6 +229,11 @@ pub struct Args {
     #[arg(long)]
     pub print_capabilities: bool,
 
+    /// Self-test of the confinement: once confined, make one system call outside the seccomp
+    /// allowlist (personality(2) query), so that `--seccomp` can be seen to act. Not in --help.
+    #[arg(long, hide = true)]
+    pub test_forbidden_syscall: bool,
+
     /// Log verbosity.
     #[arg(long, value_enum, ignore_case = true, value_name = "LEVEL", default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,

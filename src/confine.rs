@@ -3,6 +3,7 @@
 //! namespace` (the default, as root) is enforced; what is not enforced yet is said at start,
 //! one line each, so that no launcher believes the daemon confined when it is not.
 
+use caps::Capability;
 use log::{info, warn};
 
 use crate::args::{SandboxMode, SeccompAction};
@@ -14,27 +15,40 @@ use crate::sys::sandbox::{self, Entered};
 /// or any guest request is read. Returns `Some(exit status)` in a parent process that only
 /// supervised the sandboxed child (it must exit with that status), `None` to go on serving.
 pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
-    if let Err(e) = sandbox::no_new_privs() {
-        warn!("cannot set no_new_privs: {e}");
-    }
     match c.sandbox {
         SandboxMode::None => Ok(None),
         SandboxMode::Chroot => {
-            warn!("--sandbox chroot: not implemented yet; the daemon runs unconfined");
+            sandbox::enter_chroot()?;
+            info!("sandbox: chroot into the daemon's own descriptor directory");
             Ok(None)
         }
-        SandboxMode::Namespace if !rustix::process::geteuid().is_root() => {
-            warn!("--sandbox namespace needs root (user namespaces are not implemented yet); the daemon runs unconfined");
-            Ok(None)
+        SandboxMode::Namespace => {
+            if !rustix::process::geteuid().is_root() {
+                let range = |m: &crate::args::IdMap| (m.inside, m.outside, m.count);
+                let uids: Vec<_> = c.uid_map.iter().map(range).collect();
+                let gids: Vec<_> = c.gid_map.iter().map(range).collect();
+                sandbox::enter_user_namespace(&uids, &gids)?;
+                info!("sandbox: new user namespace");
+            }
+            namespace(fs)
         }
-        SandboxMode::Namespace => match sandbox::enter(&fs.root_fds())? {
-            Entered::Parent(child) => Ok(Some(sandbox::supervise(child))),
+    }
+}
+
+/// The namespace sandbox proper (see [`sandbox::enter`]).
+fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
+    match sandbox::enter(&fs.root_fds())? {
+            Entered::Parent(child) => {
+                // The supervisor only forwards signals and removes the socket.
+                sandbox::no_new_privs()?;
+                crate::sys::caps::limit_to(&[Capability::CAP_DAC_OVERRIDE])?;
+                Ok(Some(sandbox::supervise(child)))
+            }
             Entered::Child(roots) => {
                 fs.replace_roots(roots)?;
                 info!("sandbox: new mount, PID and network namespaces; / holds only the branches and /proc");
                 Ok(None)
             }
-        },
     }
 }
 
@@ -49,15 +63,36 @@ pub fn filter(c: &Confinement) -> std::io::Result<()> {
     }
 }
 
-/// Logs one warning for each confinement setting that is not enforced.
-pub fn report(c: &Confinement) {
-    if let Some(m) = &c.modcaps {
-        warn!("--modcaps {m}: capabilities are not changed yet");
+/// The capabilities a serving daemon keeps: virtiofsd's default set changed by `--modcaps`.
+pub fn serving_caps(c: &Confinement) -> Vec<Capability> {
+    let mut keep: Vec<Capability> = crate::sys::caps::SERVING.to_vec();
+    for change in c.modcaps.iter().flat_map(|m| m.0.iter()) {
+        keep.retain(|k| *k != change.cap);
+        if change.add {
+            keep.push(change.cap);
+        }
     }
-    if !c.uid_map.is_empty() || !c.gid_map.is_empty() {
-        warn!("--uid-map/--gid-map: no user namespace is created yet; ids are the daemon's own");
+    keep
+}
+
+/// Sets `no_new_privs` and drops every capability but those the serving daemon needs (see
+/// [`serving_caps`]); call after the sandbox is entered (which needs CAP_SYS_ADMIN, and for an
+/// unprivileged daemon the file capabilities of newuidmap(1)) and before any thread starts.
+pub fn drop_caps(c: &Confinement) -> std::io::Result<()> {
+    if let Err(e) = sandbox::no_new_privs() {
+        warn!("cannot set no_new_privs: {e}");
     }
-    if !c.translate_uid.is_empty() || !c.translate_gid.is_empty() {
-        warn!("--translate-uid/--translate-gid: id translation is not implemented yet; ids pass through");
+    let wanted = serving_caps(c);
+    let kept = crate::sys::caps::limit_to(&wanted)?;
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|w| !kept.contains(w))
+        .map(|w| w.to_string().to_ascii_lowercase())
+        .collect();
+    if !missing.is_empty() && rustix::process::geteuid().is_root() {
+        warn!("capabilities the daemon does not have: {}", missing.join(", "));
     }
+    let names: Vec<String> = kept.iter().map(|k| k.to_string().to_ascii_lowercase()).collect();
+    info!("capabilities kept: {}", if names.is_empty() { "none".into() } else { names.join(", ") });
+    Ok(())
 }

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
     let level = union_virtiofsd::config::early_log_level(&args);
     union_virtiofsd::logging::init(level, args.syslog);
 
+    let args_test_forbidden = args.test_forbidden_syscall;
     let cfg = match Config::try_from(args) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -43,7 +44,6 @@ fn main() -> ExitCode {
     for note in &cfg.notes {
         log::warn!("{note}");
     }
-    union_virtiofsd::confine::report(&cfg.confinement);
     match union_virtiofsd::sys::limits::set_nofile(cfg.rlimit_nofile) {
         Ok(n) => log::info!("open file limit: {n}"),
         Err(e) => {
@@ -70,12 +70,23 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             error!("cannot enter the sandbox: {e}");
+            if let Some(p) = bound.path() {
+                vhost::remove_socket_files(p);
+            }
             return ExitCode::FAILURE;
         }
+    }
+    if let Err(e) = union_virtiofsd::confine::drop_caps(&cfg.confinement) {
+        error!("cannot drop capabilities: {e}");
+        return ExitCode::FAILURE;
     }
     if let Err(e) = union_virtiofsd::confine::filter(&cfg.confinement) {
         error!("cannot install the seccomp filter: {e}");
         return ExitCode::FAILURE;
+    }
+    if args_test_forbidden {
+        let r = union_virtiofsd::sys::seccomp::call_forbidden();
+        log::warn!("forbidden system call personality(2) returned {r:?}");
     }
     let daemon = match bound.start(fs) {
         Ok(d) => d,

@@ -538,6 +538,7 @@ fn o_noatime_is_dropped_unless_preserved() {
         let fs = union_virtiofsd::fs::UnionFs::new(union_virtiofsd::fs::FsConfig {
             branches: vec![branch],
             opts,
+            ids: Default::default(),
         })
         .unwrap();
         let e = walk(&fs, "f").unwrap();

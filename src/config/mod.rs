@@ -78,6 +78,12 @@ pub enum ConfigError {
     /// --translate-uid/--translate-gid with POSIX ACLs (ACL entries would name untranslated ids).
     #[error("--translate-uid/--translate-gid cannot be used with --posix-acl={0:?} (translated ids would break POSIX ACLs)")]
     TranslateWithAcl(NegotiationMode),
+    /// --translate-uid/--translate-gid rules that cannot be used together.
+    #[error("--translate-uid/--translate-gid: {0}")]
+    IdMap(#[from] crate::fs::idmap::IdMapError),
+    /// An id map or chroot sandbox where virtiofsd refuses it (the check depends on the user).
+    #[error("{0}")]
+    Sandbox(&'static str),
     /// A --migration-* flag that only applies to the find-paths mode, with --migration-mode=file-handles.
     #[error("{0} cannot be used with --migration-mode=file-handles")]
     MigrationFlag(&'static str),
@@ -233,6 +239,7 @@ impl TryFrom<Args> for Config {
             translate_uid: args.translate_uid.clone(),
             translate_gid: args.translate_gid.clone(),
         };
+        check_sandbox(&confinement, rustix::process::geteuid().is_root())?;
         Ok(Config {
             log_level: early_log_level(&args),
             daemon: DaemonConfig {
@@ -247,12 +254,55 @@ impl TryFrom<Args> for Config {
             fs: FsConfig {
                 branches,
                 opts: settings.opts,
+                ids: crate::fs::Ids {
+                    uid: id_map(&args.translate_uid)?,
+                    gid: id_map(&args.translate_gid)?,
+                },
             },
             confinement,
             rlimit_nofile: args.rlimit_nofile,
             notes,
         })
     }
+}
+
+/// The `--translate-uid` or `--translate-gid` rules as one map.
+fn id_map(rules: &[crate::args::Translate]) -> Result<crate::fs::idmap::IdMap, ConfigError> {
+    use crate::args::TranslateKind as T;
+    use crate::fs::idmap::Kind;
+    let rules: Vec<_> = rules
+        .iter()
+        .map(|r| {
+            let kind = match r.kind {
+                T::Guest => Kind::Guest,
+                T::Host => Kind::Host,
+                T::SquashGuest => Kind::SquashGuest,
+                T::SquashHost => Kind::SquashHost,
+                T::ForbidGuest => Kind::ForbidGuest,
+                T::Map => Kind::Map,
+            };
+            (kind, r.from, r.to, r.count)
+        })
+        .collect();
+    Ok(crate::fs::idmap::IdMap::new(&rules)?)
+}
+
+/// virtiofsd's rules: chroot needs root; id maps are for an unprivileged daemon in the
+/// namespace sandbox (root needs no user namespace).
+fn check_sandbox(c: &Confinement, root: bool) -> Result<(), ConfigError> {
+    if c.sandbox == SandboxMode::Chroot && !root {
+        return Err(ConfigError::Sandbox(
+            "--sandbox chroot can only be used by root (use --sandbox namespace or none)",
+        ));
+    }
+    if (!c.uid_map.is_empty() || !c.gid_map.is_empty())
+        && (root || c.sandbox != SandboxMode::Namespace)
+    {
+        return Err(ConfigError::Sandbox(
+            "--uid-map/--gid-map can only be used by an unprivileged user with --sandbox namespace",
+        ));
+    }
+    Ok(())
 }
 
 /// The log level in force from the first line on: `-d`, `-o loglevel=`, then `--log-level`

@@ -5,6 +5,7 @@
 
 mod clone;
 mod handle;
+pub mod idmap;
 mod inode;
 mod movefile;
 mod ops;
@@ -41,6 +42,17 @@ pub struct FsConfig {
     pub branches: Vec<Branch>,
     /// Policies and behaviour options.
     pub opts: UnionOptions,
+    /// `--translate-uid`/`--translate-gid`.
+    pub ids: Ids,
+}
+
+/// Id translation between guest and host (see [`idmap`]).
+#[derive(Clone, Debug, Default)]
+pub struct Ids {
+    /// User ids.
+    pub uid: idmap::IdMap,
+    /// Group ids.
+    pub gid: idmap::IdMap,
 }
 
 /// Errors setting up the filesystem layer.
@@ -87,6 +99,39 @@ pub struct UnionFs {
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
     /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
     fd_budget: std::sync::OnceLock<usize>,
+}
+
+/// The errno of a guest id refused by `forbid-guest`.
+fn forbidden(_: idmap::Forbidden) -> io::Error {
+    io::Error::from_raw_os_error(libc::EPERM)
+}
+
+impl UnionFs {
+    /// The request's caller with host ids (`--translate-uid/gid`); EPERM for a forbidden id.
+    fn host_ctx(&self, ctx: &Context) -> io::Result<Context> {
+        let ids = &self.cfg.ids;
+        if ids.uid.is_identity() && ids.gid.is_identity() {
+            return Ok(*ctx);
+        }
+        Ok(Context {
+            uid: ids.uid.to_host(ctx.uid).map_err(forbidden)?,
+            gid: ids.gid.to_host(ctx.gid).map_err(forbidden)?,
+            pid: ctx.pid,
+        })
+    }
+
+    /// Attributes with guest ids.
+    fn guest_stat(&self, mut st: stat64) -> stat64 {
+        st.st_uid = self.cfg.ids.uid.to_guest(st.st_uid);
+        st.st_gid = self.cfg.ids.gid.to_guest(st.st_gid);
+        st
+    }
+
+    /// An entry whose attributes have guest ids.
+    fn guest_entry(&self, mut e: Entry) -> Entry {
+        e.attr = self.guest_stat(e.attr);
+        e
+    }
 }
 
 /// Descriptors kept back for the daemon's own work (transient opens per request and thread,
@@ -258,7 +303,7 @@ impl FileSystem for UnionFs {
     }
 
     fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
-        ops::lookup::lookup(self, parent, name)
+        ops::lookup::lookup(self, parent, name).map(|e| self.guest_entry(e))
     }
 
     fn forget(&self, _ctx: &Context, inode: u64, count: u64) {
@@ -277,7 +322,7 @@ impl FileSystem for UnionFs {
         inode: u64,
         handle: Option<u64>,
     ) -> io::Result<(stat64, Duration)> {
-        ops::attr::getattr(self, inode, handle)
+        ops::attr::getattr(self, inode, handle).map(|(st, t)| (self.guest_stat(st), t))
     }
 
     fn setattr(
@@ -288,7 +333,16 @@ impl FileSystem for UnionFs {
         handle: Option<u64>,
         valid: SetattrValid,
     ) -> io::Result<(stat64, Duration)> {
+        let ctx = &self.host_ctx(ctx)?;
+        let mut attr = attr;
+        if valid.contains(SetattrValid::UID) {
+            attr.st_uid = self.cfg.ids.uid.to_host(attr.st_uid).map_err(forbidden)?;
+        }
+        if valid.contains(SetattrValid::GID) {
+            attr.st_gid = self.cfg.ids.gid.to_host(attr.st_gid).map_err(forbidden)?;
+        }
         ops::attr::setattr(self, ctx, inode, attr, handle, valid)
+            .map(|(st, t)| (self.guest_stat(st), t))
     }
 
     fn readlink(&self, _ctx: &Context, inode: u64) -> io::Result<Vec<u8>> {
@@ -296,7 +350,7 @@ impl FileSystem for UnionFs {
     }
 
     fn access(&self, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
-        ops::attr::access(self, ctx, inode, mask)
+        ops::attr::access(self, &self.host_ctx(ctx)?, inode, mask)
     }
 
     fn symlink(
@@ -306,7 +360,8 @@ impl FileSystem for UnionFs {
         parent: u64,
         name: &CStr,
     ) -> io::Result<Entry> {
-        ops::create::symlink(self, ctx, linkname, parent, name)
+        ops::create::symlink(self, &self.host_ctx(ctx)?, linkname, parent, name)
+            .map(|e| self.guest_entry(e))
     }
 
     fn mknod(
@@ -318,7 +373,8 @@ impl FileSystem for UnionFs {
         rdev: u32,
         _umask: u32,
     ) -> io::Result<Entry> {
-        ops::create::mknod(self, ctx, parent, name, mode, rdev)
+        ops::create::mknod(self, &self.host_ctx(ctx)?, parent, name, mode, rdev)
+            .map(|e| self.guest_entry(e))
     }
 
     fn mkdir(
@@ -329,7 +385,8 @@ impl FileSystem for UnionFs {
         mode: u32,
         _umask: u32,
     ) -> io::Result<Entry> {
-        ops::create::mkdir(self, ctx, parent, name, mode)
+        ops::create::mkdir(self, &self.host_ctx(ctx)?, parent, name, mode)
+            .map(|e| self.guest_entry(e))
     }
 
     fn create(
@@ -339,7 +396,8 @@ impl FileSystem for UnionFs {
         name: &CStr,
         args: CreateIn,
     ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
-        ops::create::create(self, ctx, parent, name, args)
+        ops::create::create(self, &self.host_ctx(ctx)?, parent, name, args)
+            .map(|(e, h, o, p)| (self.guest_entry(e), h, o, p))
     }
 
     fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
@@ -359,11 +417,13 @@ impl FileSystem for UnionFs {
         newname: &CStr,
         flags: u32,
     ) -> io::Result<()> {
+        let ctx = &self.host_ctx(ctx)?;
         ops::rename::rename(self, ctx, olddir, oldname, newdir, newname, flags)
     }
 
     fn link(&self, ctx: &Context, inode: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {
-        ops::link::link(self, ctx, inode, newparent, newname)
+        ops::link::link(self, &self.host_ctx(ctx)?, inode, newparent, newname)
+            .map(|e| self.guest_entry(e))
     }
 
     fn open(
@@ -484,7 +544,8 @@ impl FileSystem for UnionFs {
         offset: u64,
         add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
     ) -> io::Result<()> {
-        ops::readdir::readdirplus(self, inode, handle, offset, add_entry)
+        let mut add = |d: DirEntry, e: Entry| add_entry(d, self.guest_entry(e));
+        ops::readdir::readdirplus(self, inode, handle, offset, &mut add)
     }
 
     fn releasedir(&self, _ctx: &Context, inode: u64, _flags: u32, handle: u64) -> io::Result<()> {

@@ -57,10 +57,20 @@ pub fn open_beneath(
     Ok(rustix::fs::openat2(root, rel, flags, mode, RESOLVE)?)
 }
 
+/// Where this process's descriptors are seen as magic links: `/proc/self/fd/`, or `/` once
+/// `--sandbox chroot` has made the process's own descriptor directory its root.
+static FD_DIR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Records that the root directory is now this process's `/proc/PID/fd` (chroot sandbox).
+pub fn fd_dir_is_root() {
+    let _ = FD_DIR.set("/");
+}
+
 /// The `/proc/self/fd/N` name of `fd`, through which path-only syscalls (chmod, xattrs,
 /// utimensat) reach exactly the inode `fd` refers to.
 pub fn proc_path(fd: BorrowedFd<'_>) -> String {
-    format!("/proc/self/fd/{}", fd.as_raw_fd())
+    let dir = FD_DIR.get().copied().unwrap_or("/proc/self/fd/");
+    format!("{dir}{}", fd.as_raw_fd())
 }
 
 /// Re-opens an `O_PATH` descriptor with real access `flags`. The caller must have checked the

@@ -35,3 +35,47 @@ pub fn mode_has_privs(mode: u32) -> bool {
     mode & libc::S_ISUID != 0
         || mode & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP)
 }
+
+/// The capabilities a serving daemon keeps by default: virtiofsd's set. Acting for guest
+/// callers of any uid needs CHOWN, DAC_OVERRIDE, FOWNER, FSETID, MKNOD and SETFCAP; switching
+/// the per-thread filesystem ids needs SETUID and SETGID.
+pub const SERVING: [Capability; 8] = [
+    Capability::CAP_CHOWN,
+    Capability::CAP_DAC_OVERRIDE,
+    Capability::CAP_FOWNER,
+    Capability::CAP_FSETID,
+    Capability::CAP_SETGID,
+    Capability::CAP_SETUID,
+    Capability::CAP_MKNOD,
+    Capability::CAP_SETFCAP,
+];
+
+/// Limits this thread (and every thread it starts later) to `keep`: the effective and permitted
+/// sets become `keep` (less what the process does not have), the inheritable and ambient sets
+/// are emptied and, where the process may, every other capability leaves the bounding set.
+/// Returns the capabilities kept. Call before any other thread starts.
+pub fn limit_to(keep: &[Capability]) -> std::io::Result<Vec<Capability>> {
+    use std::collections::HashSet;
+    let err = |e: caps::errors::CapsError| std::io::Error::other(e.to_string());
+    let permitted = caps::read(None, CapSet::Permitted).map_err(err)?;
+    let kept: HashSet<Capability> = keep
+        .iter()
+        .copied()
+        .filter(|c| permitted.contains(c))
+        .collect();
+    if permitted.contains(&Capability::CAP_SETPCAP) {
+        for cap in caps::all() {
+            if !kept.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false)
+            {
+                caps::drop(None, CapSet::Bounding, cap).map_err(err)?;
+            }
+        }
+    }
+    caps::clear(None, CapSet::Ambient).map_err(err)?;
+    caps::clear(None, CapSet::Inheritable).map_err(err)?;
+    caps::set(None, CapSet::Effective, &kept).map_err(err)?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(err)?;
+    let mut v: Vec<Capability> = kept.into_iter().collect();
+    v.sort_by_key(|c| c.index());
+    Ok(v)
+}

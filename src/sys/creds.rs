@@ -32,11 +32,13 @@ pub struct FsCredsGuard {
     restore: Option<(u32, u32)>,
 }
 
-/// Switches this thread's fsuid/fsgid to `uid`/`gid` when the daemon runs as root; otherwise
-/// (unprivileged daemon) does nothing and entries are owned by the daemon's user.
-pub fn switch_to(uid: u32, gid: u32) -> FsCredsGuard {
+/// Switches this thread's fsuid/fsgid to `uid`/`gid` when the daemon runs as root (of its user
+/// namespace, too); otherwise (unprivileged daemon) does nothing and entries are owned by the
+/// daemon's user. An id the user namespace does not map (the kernel then keeps the old id
+/// silently) is EOVERFLOW, as the kernel answers for unmapped ids, never an act as root.
+pub fn switch_to(uid: u32, gid: u32) -> std::io::Result<FsCredsGuard> {
     if !rustix::process::geteuid().is_root() || (uid == 0 && gid == 0) {
-        return FsCredsGuard { restore: None };
+        return Ok(FsCredsGuard { restore: None });
     }
     drop_groups_once();
     // SAFETY: setfsgid/setfsuid take plain integers, touch no memory and cannot fail in a way
@@ -44,9 +46,15 @@ pub fn switch_to(uid: u32, gid: u32) -> FsCredsGuard {
     let old_gid = unsafe { libc::setfsgid(gid) } as u32;
     // SAFETY: as above.
     let old_uid = unsafe { libc::setfsuid(uid) } as u32;
-    FsCredsGuard {
+    let guard = FsCredsGuard {
         restore: Some((old_uid, old_gid)),
+    };
+    // SAFETY: as above; an invalid id (u32::MAX) changes nothing and returns the current one.
+    let (now_uid, now_gid) = unsafe { (libc::setfsuid(u32::MAX), libc::setfsgid(u32::MAX)) };
+    if (now_uid as u32, now_gid as u32) != (uid, gid) {
+        return Err(std::io::Error::from_raw_os_error(libc::EOVERFLOW));
     }
+    Ok(guard)
 }
 
 impl Drop for FsCredsGuard {

@@ -144,3 +144,110 @@ pub fn supervise(child: libc::pid_t) -> i32 {
 pub fn no_new_privs() -> io::Result<()> {
     Ok(rustix::thread::set_no_new_privs(true)?)
 }
+
+/// `--sandbox chroot`: the root directory becomes this process's own descriptor directory
+/// (`/proc/PID/fd`), so that no absolute path and no `..` reaches any host file; what the
+/// daemon uses it reaches through descriptors it already holds, and `/N` names descriptor N
+/// for the path-only system calls. No new namespace: the host's mounts, processes and network
+/// stay visible to a compromised daemon through those descriptors only if it holds them.
+/// CAP_SYS_CHROOT must be dropped afterwards (a second chroot would let `..` escape).
+pub fn enter_chroot() -> io::Result<()> {
+    let fd_dir = rustix::fs::open(
+        "/proc/self/fd",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::process::fchdir(&fd_dir)?;
+    rustix::process::chroot(".")?;
+    rustix::process::chdir("/")?;
+    crate::sys::beneath::fd_dir_is_root();
+    Ok(())
+}
+
+/// One id-map range as `/proc/PID/uid_map` and newuidmap(1) take it: (inside, outside, count).
+pub type IdRange = (u32, u32, u32);
+
+/// For a daemon that is not root: moves this process into a new user namespace in which it is
+/// root (as virtiofsd does), so that the namespace sandbox can be built. The id maps are
+/// written from outside by a short-lived child: with `uid_map`/`gid_map` (or any map other
+/// than the daemon's own single id) through the setuid helpers newuidmap(1)/newgidmap(1),
+/// which check /etc/subuid and /etc/subgid; otherwise directly, mapping the daemon's own uid
+/// and gid to themselves. Must run while the process has one thread.
+pub fn enter_user_namespace(uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Result<()> {
+    use std::io::{Read, Write};
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    let (go_r, go_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (done_r, done_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    // SAFETY: single-threaded (caller's guarantee); the child only reads a pipe, runs the
+    // map helpers and exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop((go_w, done_r));
+        let mut byte = [0u8];
+        let ok = std::fs::File::from(go_r).read_exact(&mut byte).is_ok()
+            && write_maps(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()), uid, gid, uid_map, gid_map)
+                .map_err(|e| log::error!("sandbox: cannot write the id maps: {e}"))
+                .is_ok()
+            && std::fs::File::from(done_w).write_all(&[1]).is_ok();
+        // SAFETY: _exit ends the forked child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    drop((go_r, done_w));
+    let unshared = {
+        // SAFETY: NEWUSER needs a single-threaded process (caller's guarantee).
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
+    };
+    let signalled = unshared.is_ok() && std::fs::File::from(go_w).write_all(&[1]).is_ok();
+    let mut byte = [0u8];
+    let mapped = signalled && std::fs::File::from(done_r).read_exact(&mut byte).is_ok();
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; `status` is a valid out-pointer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    unshared?;
+    if !mapped {
+        return Err(io::Error::other("the id maps were not written (see the line above)"));
+    }
+    // Root of the namespace where the maps allow it (the capabilities are ours anyway).
+    // SAFETY: plain integer arguments; only this (single) thread exists.
+    unsafe {
+        if libc::setresgid(0, 0, 0) != 0 || libc::setresuid(0, 0, 0) != 0 {
+            log::info!("sandbox: uid 0 is not mapped in the user namespace; keeping uid {uid}");
+        }
+    }
+    Ok(())
+}
+
+/// Writes `pid`'s uid and gid maps (see [`enter_user_namespace`]).
+fn write_maps(pid: i32, uid: u32, gid: u32, uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Result<()> {
+    let own = |id: u32| vec![(id, id, 1)];
+    for (kind, map, id) in [("uid", uid_map, uid), ("gid", gid_map, gid)] {
+        let map = if map.is_empty() { own(id) } else { map.to_vec() };
+        if map.len() == 1 && map[0].1 == id && map[0].2 == 1 {
+            if kind == "gid" {
+                std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+            }
+            std::fs::write(format!("/proc/{pid}/{kind}_map"), format!("{} {} 1", map[0].0, id))?;
+            continue;
+        }
+        let helper = format!("new{kind}map");
+        let mut cmd = std::process::Command::new(&helper);
+        cmd.arg(pid.to_string());
+        for (inside, outside, count) in &map {
+            cmd.args([inside.to_string(), outside.to_string(), count.to_string()]);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| io::Error::new(e.kind(), format!("{helper}: {e}")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(io::Error::other(format!("{helper}: {}", err.trim())));
+        }
+    }
+    Ok(())
+}

@@ -155,8 +155,22 @@ pub fn install(mismatch: Mismatch) -> io::Result<()> {
         .iter()
         .map(|&n| (n, Vec::new()))
         .collect::<BTreeMap<_, _>>();
-    let filter = SeccompFilter::new(rules, action, SeccompAction::Allow, TargetArch::x86_64)
-        .map_err(io::Error::other)?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(io::Error::other)?;
+    let filter =
+        SeccompFilter::new(rules, action, SeccompAction::Allow, arch).map_err(io::Error::other)?;
     let prog: BpfProgram = filter.try_into().map_err(io::Error::other)?;
     seccompiler::apply_filter(&prog).map_err(io::Error::other)
+}
+
+/// Makes one system call that is not in the allowlist: personality(2) asked for the current
+/// persona only (0xffffffff changes nothing). Under `kill` the process dies of SIGSYS; under
+/// `log` the kernel logs it (audit type 1326) and it returns.
+pub fn call_forbidden() -> io::Result<i32> {
+    debug_assert!(!ALLOWED.contains(&libc::SYS_personality));
+    // SAFETY: personality with 0xffffffff only reads the current persona.
+    let r = unsafe { libc::syscall(libc::SYS_personality, 0xffff_ffff_u64) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as i32)
 }

@@ -85,6 +85,7 @@ pub fn union_with(branches: &[(&Path, &str)], options: &str) -> UnionFs {
     UnionFs::new(FsConfig {
         branches,
         opts: s.opts,
+        ids: Default::default(),
     })
     .unwrap()
 }

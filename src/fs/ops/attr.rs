@@ -224,7 +224,7 @@ pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<
     if mask == libc::F_OK as u32 || is_type(&f.st, libc::S_IFLNK) {
         return Ok(());
     }
-    let _creds = creds::switch_to(ctx.uid, ctx.gid);
+    let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
     let access = rustix::fs::Access::from_bits_truncate(mask as i32);
     Ok(rustix::fs::accessat(
         rustix::fs::CWD,

@@ -55,7 +55,7 @@ fn make_on_each(
     let mut first = None;
     for dir in &targets {
         let r = {
-            let _creds = creds::switch_to(ctx.uid, ctx.gid);
+            let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             make(dir).map_err(io::Error::from)
         };
         fold.add(&r);
@@ -152,7 +152,7 @@ pub fn create(
     };
     fs.check_handle_room()?;
     let fd = {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid);
+        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
         beneath::open_beneath(
             dir.fd.as_fd(),
             name,

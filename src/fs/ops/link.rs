@@ -73,7 +73,7 @@ fn link_on_branches(
             let nd = fs
                 .dir_on(f.branch, new_parent)
                 .map_err(|_| errno(libc::EXDEV))?;
-            let _creds = creds::switch_to(ctx.uid, ctx.gid);
+            let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             Ok::<_, io::Error>(rustix::fs::linkat(
                 &od,
                 &old_name,
