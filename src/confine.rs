@@ -38,17 +38,17 @@ pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> 
 /// The namespace sandbox proper (see [`sandbox::enter`]).
 fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
     match sandbox::enter(&fs.root_fds())? {
-            Entered::Parent(child) => {
-                // The supervisor only forwards signals and removes the socket.
-                sandbox::no_new_privs()?;
-                crate::sys::caps::limit_to(&[Capability::CAP_DAC_OVERRIDE])?;
-                Ok(Some(sandbox::supervise(child)))
-            }
-            Entered::Child(roots) => {
-                fs.replace_roots(roots)?;
-                info!("sandbox: new mount, PID and network namespaces; / holds only the branches and /proc");
-                Ok(None)
-            }
+        Entered::Parent(child) => {
+            // The supervisor only forwards signals and removes the socket.
+            sandbox::no_new_privs()?;
+            crate::sys::caps::limit_to(&[Capability::CAP_DAC_OVERRIDE])?;
+            Ok(Some(sandbox::supervise(child)))
+        }
+        Entered::Child(roots) => {
+            fs.replace_roots(roots)?;
+            info!("sandbox: new mount, PID and network namespaces; / holds only the branches and /proc");
+            Ok(None)
+        }
     }
 }
 
@@ -90,9 +90,22 @@ pub fn drop_caps(c: &Confinement) -> std::io::Result<()> {
         .map(|w| w.to_string().to_ascii_lowercase())
         .collect();
     if !missing.is_empty() && rustix::process::geteuid().is_root() {
-        warn!("capabilities the daemon does not have: {}", missing.join(", "));
+        warn!(
+            "capabilities the daemon does not have: {}",
+            missing.join(", ")
+        );
     }
-    let names: Vec<String> = kept.iter().map(|k| k.to_string().to_ascii_lowercase()).collect();
-    info!("capabilities kept: {}", if names.is_empty() { "none".into() } else { names.join(", ") });
+    let names: Vec<String> = kept
+        .iter()
+        .map(|k| k.to_string().to_ascii_lowercase())
+        .collect();
+    info!(
+        "capabilities kept: {}",
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    );
     Ok(())
 }

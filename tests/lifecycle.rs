@@ -1,43 +1,19 @@
 //! The daemon's life cycle as a VMM sees it: serving on an inherited listening socket (`--fd`,
 //! as libvirt passes it) and a clean exit (code 0) on SIGTERM and SIGINT.
 
+#[path = "support/proc.rs"]
+mod proc;
 #[path = "support/signal.rs"]
 mod signal;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use proc::{daemon, sandboxed_child, wait_exit, wait_socket};
 
 use vufs_frontend::{ops, ConnectOptions, Device};
-
-fn daemon() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
-}
-
-/// Waits (bounded) for the child to exit; its exit code.
-fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        assert!(Instant::now() < deadline, "daemon did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Waits (bounded) for the daemon to create `sock`. Never connects: a connection would be
-/// taken as the frontend, and its disconnect would end the daemon by itself.
-fn wait_socket(sock: &Path) {
-    use std::os::unix::fs::FileTypeExt;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::metadata(sock).is_ok_and(|m| m.file_type().is_socket()) {
-        assert!(Instant::now() < deadline, "no socket at {}", sock.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 #[test]
 fn serves_an_inherited_listening_socket() {
@@ -87,25 +63,6 @@ fn exits_cleanly_on_sigterm_and_sigint() {
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, sig).unwrap();
         assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0, "{sig:?}");
-    }
-}
-
-/// The sandboxed child of a daemon started with `args` (its only child), once it has pivoted
-/// into its new root.
-fn sandboxed_child(parent: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-            .unwrap_or_default();
-        if let Some(pid) = children.split_whitespace().next() {
-            let pid: u32 = pid.parse().unwrap();
-            let root = std::fs::read_dir(format!("/proc/{pid}/root"));
-            if root.is_ok_and(|mut r| r.any(|e| e.unwrap().file_name() == "branches")) {
-                return pid;
-            }
-        }
-        assert!(Instant::now() < deadline, "no sandboxed child");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -118,18 +118,51 @@ impl IdMap {
         for &(kind, from, to, count) in rules {
             let from_span = span(from, count)?;
             match kind {
-                Kind::Guest => push(&mut m.guest_to_host, Rule::Range { from: from_span, to }, G2H)?,
-                Kind::Host => push(&mut m.host_to_guest, Rule::Range { from: from_span, to }, H2G)?,
-                Kind::SquashGuest => {
-                    push(&mut m.guest_to_host, Rule::Squash { from: from_span, to }, G2H)?
+                Kind::Guest => push(
+                    &mut m.guest_to_host,
+                    Rule::Range {
+                        from: from_span,
+                        to,
+                    },
+                    G2H,
+                )?,
+                Kind::Host => push(
+                    &mut m.host_to_guest,
+                    Rule::Range {
+                        from: from_span,
+                        to,
+                    },
+                    H2G,
+                )?,
+                Kind::SquashGuest => push(
+                    &mut m.guest_to_host,
+                    Rule::Squash {
+                        from: from_span,
+                        to,
+                    },
+                    G2H,
+                )?,
+                Kind::SquashHost => push(
+                    &mut m.host_to_guest,
+                    Rule::Squash {
+                        from: from_span,
+                        to,
+                    },
+                    H2G,
+                )?,
+                Kind::ForbidGuest => {
+                    push(&mut m.guest_to_host, Rule::Forbid { from: from_span }, G2H)?
                 }
-                Kind::SquashHost => {
-                    push(&mut m.host_to_guest, Rule::Squash { from: from_span, to }, H2G)?
-                }
-                Kind::ForbidGuest => push(&mut m.guest_to_host, Rule::Forbid { from: from_span }, G2H)?,
                 Kind::Map => {
                     span(to, count)?;
-                    push(&mut m.guest_to_host, Rule::Range { from: from_span, to }, G2H)?;
+                    push(
+                        &mut m.guest_to_host,
+                        Rule::Range {
+                            from: from_span,
+                            to,
+                        },
+                        G2H,
+                    )?;
                     let back = Rule::Range {
                         from: span(to, count)?,
                         to: from,

@@ -65,8 +65,7 @@ pub fn limit_to(keep: &[Capability]) -> std::io::Result<Vec<Capability>> {
         .collect();
     if permitted.contains(&Capability::CAP_SETPCAP) {
         for cap in caps::all() {
-            if !kept.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false)
-            {
+            if !kept.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
                 caps::drop(None, CapSet::Bounding, cap).map_err(err)?;
             }
         }

@@ -38,6 +38,9 @@ pub fn enter(roots: &[(BorrowedFd<'_>, &Path)]) -> io::Result<Entered> {
     // SAFETY: NEWPID does not unshare the descriptor table (no FILES), and the caller
     // guarantees the process has a single thread.
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWPID) }?;
+    // SIGTERM/SIGINT stay pending in the parent until `supervise` can forward them (a VMM
+    // may signal as soon as the socket exists); the child takes them at once.
+    stop_signals(libc::SIG_BLOCK);
     // SAFETY: single-threaded (caller's guarantee), so the child starts with a consistent
     // copy of every lock and allocator state.
     let pid = unsafe { libc::fork() };
@@ -47,6 +50,7 @@ pub fn enter(roots: &[(BorrowedFd<'_>, &Path)]) -> io::Result<Entered> {
     if pid > 0 {
         return Ok(Entered::Parent(pid));
     }
+    stop_signals(libc::SIG_UNBLOCK);
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
     // SAFETY: as above, and the child has a single thread too.
@@ -123,6 +127,8 @@ pub fn supervise(child: libc::pid_t) -> i32 {
         Ok(s) => s,
         Err(_) => return 1,
     };
+    // Signals that came since the fork are delivered (and forwarded) from here on.
+    stop_signals(libc::SIG_UNBLOCK);
     // The child may have exited before SIGCHLD was caught.
     if let Some(code) = reap() {
         return code;
@@ -138,6 +144,18 @@ pub fn supervise(child: libc::pid_t) -> i32 {
         }
     }
     1
+}
+
+/// Blocks or unblocks SIGTERM and SIGINT for this thread (`how`: SIG_BLOCK or SIG_UNBLOCK).
+fn stop_signals(how: libc::c_int) {
+    // SAFETY: the set is initialised by sigemptyset before use; the old set is not asked for.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
 }
 
 /// Sets `no_new_privs`: nothing the daemon executes can gain privileges.
@@ -191,9 +209,15 @@ pub fn enter_user_namespace(uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Res
         drop((go_w, done_r));
         let mut byte = [0u8];
         let ok = std::fs::File::from(go_r).read_exact(&mut byte).is_ok()
-            && write_maps(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()), uid, gid, uid_map, gid_map)
-                .map_err(|e| log::error!("sandbox: cannot write the id maps: {e}"))
-                .is_ok()
+            && write_maps(
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()),
+                uid,
+                gid,
+                uid_map,
+                gid_map,
+            )
+            .map_err(|e| log::error!("sandbox: cannot write the id maps: {e}"))
+            .is_ok()
             && std::fs::File::from(done_w).write_all(&[1]).is_ok();
         // SAFETY: _exit ends the forked child without running the parent's destructors.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
@@ -211,7 +235,9 @@ pub fn enter_user_namespace(uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Res
     unsafe { libc::waitpid(pid, &mut status, 0) };
     unshared?;
     if !mapped {
-        return Err(io::Error::other("the id maps were not written (see the line above)"));
+        return Err(io::Error::other(
+            "the id maps were not written (see the line above)",
+        ));
     }
     // Root of the namespace where the maps allow it (the capabilities are ours anyway).
     // SAFETY: plain integer arguments; only this (single) thread exists.
@@ -224,15 +250,28 @@ pub fn enter_user_namespace(uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Res
 }
 
 /// Writes `pid`'s uid and gid maps (see [`enter_user_namespace`]).
-fn write_maps(pid: i32, uid: u32, gid: u32, uid_map: &[IdRange], gid_map: &[IdRange]) -> io::Result<()> {
+fn write_maps(
+    pid: i32,
+    uid: u32,
+    gid: u32,
+    uid_map: &[IdRange],
+    gid_map: &[IdRange],
+) -> io::Result<()> {
     let own = |id: u32| vec![(id, id, 1)];
     for (kind, map, id) in [("uid", uid_map, uid), ("gid", gid_map, gid)] {
-        let map = if map.is_empty() { own(id) } else { map.to_vec() };
+        let map = if map.is_empty() {
+            own(id)
+        } else {
+            map.to_vec()
+        };
         if map.len() == 1 && map[0].1 == id && map[0].2 == 1 {
             if kind == "gid" {
                 std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
             }
-            std::fs::write(format!("/proc/{pid}/{kind}_map"), format!("{} {} 1", map[0].0, id))?;
+            std::fs::write(
+                format!("/proc/{pid}/{kind}_map"),
+                format!("{} {} 1", map[0].0, id),
+            )?;
             continue;
         }
         let helper = format!("new{kind}map");

@@ -1,0 +1,66 @@
+//! Starting the daemon binary as a launcher does and watching its processes: bounded polls
+//! for the socket, the exit and the sandboxed child (no fixed sleeps). Shared by the test
+//! crates that include it with `#[path = "support/proc.rs"] mod proc;`.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// The daemon binary cargo built for this test run.
+pub fn daemon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+}
+
+/// Waits (bounded) for the child to exit; its exit code (-1 if a signal ended it).
+pub fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "daemon did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (bounded) for the daemon to create `sock`. Never connects: a connection would be
+/// taken as the frontend, and its disconnect would end the daemon by itself.
+pub fn wait_socket(sock: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::metadata(sock).is_ok_and(|m| m.file_type().is_socket()) {
+        assert!(Instant::now() < deadline, "no socket at {}", sock.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The sandboxed child of daemon `parent` (its only child), once it has pivoted into its new
+/// root (which holds `branches`).
+pub fn sandboxed_child(parent: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            let pid: u32 = pid.parse().unwrap();
+            let root = std::fs::read_dir(format!("/proc/{pid}/root"));
+            if root.is_ok_and(|mut r| r.any(|e| e.unwrap().file_name() == "branches")) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no sandboxed child");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The value of field `name` (e.g. `CapEff`) in /proc/PID/status.
+pub fn status_field(pid: u32, name: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:\t")))
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        .to_owned()
+}
