@@ -1,7 +1,7 @@
-//! Confinement of the daemon (sandbox, seccomp, capabilities, id mapping). The settings are
-//! parsed and checked by `config` with virtiofsd's meanings and defaults. `--sandbox
-//! namespace` (the default, as root) is enforced; what is not enforced yet is said at start,
-//! one line each, so that no launcher believes the daemon confined when it is not.
+//! Confinement of the daemon: sandbox (namespaces, user namespace, chroot), capabilities,
+//! `no_new_privs` and the seccomp filter, entered in that order after the socket is bound and
+//! before any thread starts. The settings are parsed and checked by `config` with virtiofsd's
+//! meanings and defaults.
 
 use caps::Capability;
 use log::{info, warn};

@@ -166,9 +166,9 @@ pub fn no_new_privs() -> io::Result<()> {
 /// `--sandbox chroot`: the root directory becomes this process's own descriptor directory
 /// (`/proc/PID/fd`), so that no absolute path and no `..` reaches any host file; what the
 /// daemon uses it reaches through descriptors it already holds, and `/N` names descriptor N
-/// for the path-only system calls. No new namespace: the host's mounts, processes and network
-/// stay visible to a compromised daemon through those descriptors only if it holds them.
-/// CAP_SYS_CHROOT must be dropped afterwards (a second chroot would let `..` escape).
+/// for the path-only system calls. No new namespace: host processes and the network stay
+/// reachable. CAP_SYS_CHROOT must be dropped afterwards (a second chroot would let `..`
+/// escape).
 pub fn enter_chroot() -> io::Result<()> {
     let fd_dir = rustix::fs::open(
         "/proc/self/fd",
