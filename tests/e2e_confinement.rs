@@ -42,7 +42,10 @@ fn guest_ids(run: &guest::GuestRun) -> std::collections::BTreeMap<String, (u32, 
         .iter()
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].to_owned(), (f[1].parse().unwrap(), f[2].parse().unwrap()))
+            (
+                f[0].to_owned(),
+                (f[1].parse().unwrap(), f[2].parse().unwrap()),
+            )
         })
         .collect()
 }
@@ -71,15 +74,28 @@ fn root_daemon_serves_the_guest_in_every_sandbox_mode() {
         let t = prepared_branch();
         let backend = Backend::union(
             &[(t.path(), Mode::Rw)],
-            &["--sandbox", sandbox, "--seccomp", "kill", "-o", "minfreespace=1M"],
+            &[
+                "--sandbox",
+                sandbox,
+                "--seccomp",
+                "kill",
+                "-o",
+                "minfreespace=1M",
+            ],
         );
         let r = run(&backend);
         let ids = guest_ids(&r);
         assert_eq!(ids["userdir/kept"], (1000, 1000), "{sandbox}");
         assert_eq!(ids["rootdir/f"], (0, 0), "{sandbox}");
-        assert_eq!(host_ids(t.path(), "userdir/kept"), (1000, 1000), "{sandbox}");
+        assert_eq!(
+            host_ids(t.path(), "userdir/kept"),
+            (1000, 1000),
+            "{sandbox}"
+        );
         assert_eq!(host_ids(t.path(), "rootdir/f"), (0, 0), "{sandbox}");
-        let mode = std::fs::metadata(t.path().join("userdir/kept")).unwrap().mode();
+        let mode = std::fs::metadata(t.path().join("userdir/kept"))
+            .unwrap()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "{sandbox}");
         assert!(!t.path().join("rootdir/h").exists());
         let log = &r.daemon_log;
@@ -100,14 +116,27 @@ fn test_user() -> (u32, u32, u32, u32) {
             .args([flag, "uvfs-test"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "no user uvfs-test: run scripts/install-deps.sh");
-        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+        assert!(
+            out.status.success(),
+            "no user uvfs-test: run scripts/install-deps.sh"
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     };
     let sub = |file: &str| -> u32 {
         std::fs::read_to_string(file)
             .unwrap()
             .lines()
-            .find_map(|l| l.strip_prefix("uvfs-test:")?.split(':').next()?.parse().ok())
+            .find_map(|l| {
+                l.strip_prefix("uvfs-test:")?
+                    .split(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
             .unwrap_or_else(|| panic!("uvfs-test has no range in {file}"))
     };
     (id("-u"), id("-g"), sub("/etc/subuid"), sub("/etc/subgid"))
@@ -146,13 +175,20 @@ fn unprivileged_daemon_with_an_id_map_serves_the_guest() {
     ];
     args.extend(maps.iter().map(String::as_str));
     let r = run(&Backend::command("sh", &args));
-    assert!(r.daemon_log.contains("sandbox: new user namespace"), "{}", r.daemon_log);
+    assert!(
+        r.daemon_log.contains("sandbox: new user namespace"),
+        "{}",
+        r.daemon_log
+    );
     let ids = guest_ids(&r);
     // The guest sees the namespace's ids; the host has the mapped ones.
     assert_eq!(ids["userdir/kept"], (1000, 1000));
     assert_eq!(ids["rootdir/f"], (0, 0));
     assert_eq!(ids["from-host"], (0, 0));
-    assert_eq!(host_ids(t.path(), "userdir/kept"), (sub_u + 999, sub_g + 999));
+    assert_eq!(
+        host_ids(t.path(), "userdir/kept"),
+        (sub_u + 999, sub_g + 999)
+    );
     assert_eq!(host_ids(t.path(), "rootdir/f"), (uid, gid));
 }
 
@@ -226,5 +262,7 @@ echo reached-the-end"#,
     r.assert_success();
     assert!(r.console.contains("reached-the-end"), "{}", r.transcript());
     assert!(!r.console.contains(&secret), "{}", r.transcript());
-    assert!(r.section("LIST").is_some_and(|l| l.iter().any(|x| x.contains("abs"))));
+    assert!(r
+        .section("LIST")
+        .is_some_and(|l| l.iter().any(|x| x.contains("abs"))));
 }

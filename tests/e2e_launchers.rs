@@ -124,19 +124,50 @@ fn libvirt_separate_options() {
 
 #[test]
 fn libvirt_session_mode_readonly() {
-    // libvirt 11.3 session mode always adds the id maps; here with <readonly/>.
+    // libvirt 11.3 session mode runs the daemon as the session's (ordinary) user and always
+    // adds the id maps of that user's own ids; here with <readonly/>.
     let d = share();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let dir = d.path().to_str().unwrap();
+    let id = |flag: &str| -> String {
+        let out = std::process::Command::new("id")
+            .args([flag, "uvfs-test"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "no user uvfs-test: run scripts/install-deps.sh"
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let uid_map = format!("--uid-map=:0:{}:1:", id("-u"));
+    let gid_map = format!("--gid-map=:0:{}:1:", id("-g"));
+    let d_bin = daemon();
     let args = [
+        "--reuid=uvfs-test",
+        "--regid=uvfs-test",
+        "--clear-groups",
+        &d_bin,
         "--fd=3",
         "--shared-dir",
         dir,
-        "--uid-map=:0:1000:1:",
-        "--gid-map=:0:1000:1:",
+        &uid_map,
+        &gid_map,
         "--readonly",
     ];
-    let run = boot(&via_fd(3, &args), RO_SCENARIO);
+    let mut all = vec!["-c", FD_WRAPPER, "{socket}", "3", "/usr/bin/setpriv"];
+    all.extend_from_slice(&args);
+    let run = boot(&Backend::command("python3", &all), RO_SCENARIO);
     check_ro(&run, d.path());
+    assert!(
+        run.daemon_log.contains("sandbox: new user namespace"),
+        "{}",
+        run.daemon_log
+    );
 }
 
 #[test]
