@@ -381,11 +381,8 @@ fn apply_virtiofsd(
             "--writeback: writeback caching is not offered; writes go through to the host".into(),
         );
     }
-    if legacy.locks == Some(true) {
-        notes.push(
-            "-o flock/posix_lock: host-side locks are not offered; the guest keeps its locks local"
-                .into(),
-        );
+    if let Some(on) = legacy.locks {
+        s.opts.host_locks = on;
     }
     s.opts.preserve_noatime = args.preserve_noatime;
     if args.inode_file_handles == Some(crate::args::InodeFileHandles::Mandatory) {
@@ -655,7 +652,8 @@ mod tests {
         assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         assert_eq!(c.fs.opts.cache_attr, Duration::ZERO);
         assert_eq!(c.log_level, LevelFilter::Warn);
-        // no_flock asks for what is done anyway (guest-local locks): no note.
+        // no_flock: the guest keeps its locks to itself, as it asks.
+        assert!(!c.fs.opts.host_locks);
         assert!(c.notes.is_empty(), "{:?}", c.notes);
     }
 

@@ -10,6 +10,7 @@ mod inode;
 mod movefile;
 mod ops;
 pub mod options;
+pub mod own;
 mod readdir_snapshot;
 mod resolve;
 
@@ -92,6 +93,8 @@ pub struct UnionFs {
     resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
     handles: HandleTable,
+    /// The host descriptions carrying each guest lock owner's POSIX locks.
+    locks: ops::lock::LockOwners,
     /// Serializes `moveonenospc` moves.
     moves: std::sync::Mutex<()>,
     /// Entries all open directory listings may hold together.
@@ -187,6 +190,7 @@ impl UnionFs {
             resolve,
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
+            locks: Default::default(),
             moves: Default::default(),
             fd_budget: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
@@ -252,7 +256,7 @@ impl UnionFs {
 
     /// EMFILE when the guest holds as many nodes and handles as the budget allows.
     pub(crate) fn check_handle_room(&self) -> io::Result<()> {
-        if self.handles.len() + self.inodes.len() >= self.fd_budget() {
+        if self.handles.len() + self.inodes.len() + self.locks.len() >= self.fd_budget() {
             return Err(errno(libc::EMFILE));
         }
         Ok(())
@@ -285,7 +289,13 @@ impl FileSystem for UnionFs {
         } else {
             FsOptions::empty()
         };
+        let locks = if self.cfg.opts.host_locks {
+            FsOptions::POSIX_LOCKS | FsOptions::FLOCK_LOCKS
+        } else {
+            FsOptions::empty()
+        };
         Ok(killpriv
+            | locks
             | readdirplus
             | FsOptions::ASYNC_READ
             | FsOptions::PARALLEL_DIROPS
@@ -298,6 +308,7 @@ impl FileSystem for UnionFs {
     fn destroy(&self) {
         // The session is over (FUSE_DESTROY, or the device was reset by a guest reboot): the
         // guest holds nothing any more, so every node and handle goes, descriptors included.
+        self.locks.clear();
         self.handles.clear();
         self.inodes.clear();
     }
@@ -444,12 +455,17 @@ impl FileSystem for UnionFs {
         handle: u64,
         _flush: bool,
         _flock_release: bool,
-        _lock_owner: Option<u64>,
+        lock_owner: Option<u64>,
     ) -> io::Result<()> {
+        // The handle's own descriptor closes with it, and its flock locks with that.
+        if let Some(owner) = lock_owner {
+            ops::lock::release_owner(self, inode, owner);
+        }
         ops::open::release(self, inode, handle)
     }
 
-    fn flush(&self, _ctx: &Context, inode: u64, handle: u64, _lock_owner: u64) -> io::Result<()> {
+    fn flush(&self, _ctx: &Context, inode: u64, handle: u64, lock_owner: u64) -> io::Result<()> {
+        ops::lock::release_owner(self, inode, lock_owner);
         ops::open::flush(self, inode, handle)
     }
 

@@ -304,6 +304,10 @@ pub struct UnionOptions {
     /// a write or truncate by an unprivileged guest caller (the guest then skips a GETXATTR
     /// and a SETATTR per write).
     pub killpriv_v2: bool,
+    /// Serve POSIX record locks and flock on the host (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS);
+    /// virtiofsd's legacy `-o no_posix_lock`/`no_flock` turn it off (the guest then keeps
+    /// its locks to itself).
+    pub host_locks: bool,
     /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
     pub readdirplus: bool,
     /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
@@ -340,6 +344,7 @@ impl Default for UnionOptions {
             symlinkify: false,
             symlinkify_timeout: Duration::from_secs(3600),
             killpriv_v2: true,
+            host_locks: true,
             readdirplus: true,
             preserve_noatime: false,
         }

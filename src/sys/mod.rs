@@ -9,6 +9,7 @@ pub mod fd;
 pub mod file;
 pub mod files;
 pub mod limits;
+pub mod lock;
 pub mod sandbox;
 pub mod seccomp;
 pub mod thread;

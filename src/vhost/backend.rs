@@ -20,6 +20,7 @@ use vmm_sys_util::event::{
 };
 
 use super::dispatch::Dispatcher;
+use super::dispatch::Place;
 use super::pool::Pool;
 
 /// Guest memory as the vhost-user handler maps it (no dirty-page logging).
@@ -60,13 +61,15 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
     mem: RwLock<Option<GuestMem>>,
     event_idx: AtomicBool,
     pool: Option<Pool>,
+    /// Threads of their own for requests that may wait without bound (SETLKW).
+    waiting: WaitThreads,
     /// `--tag`: offered in the config space with VHOST_USER_PROTOCOL_F_CONFIG.
     tag: Option<String>,
 }
 
 impl<F> FsBackend<F>
 where
-    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+    F: super::dispatch::ServedFs,
 {
     /// Builds the backend; `thread_pool_size == 0` serves requests on the queue threads.
     pub fn new(
@@ -85,6 +88,7 @@ where
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),
             pool,
+            waiting: WaitThreads::default(),
             tag,
         })
     }
@@ -115,8 +119,8 @@ where
             }
             while let Some((chain, queue_size)) = pop() {
                 let head = chain.head_index();
-                let serve_here = self.pool.is_none() || !super::dispatch::is_heavy(&chain);
-                if serve_here {
+                let place = super::dispatch::placement(&chain);
+                if place == Place::Here || (place == Place::Worker && self.pool.is_none()) {
                     let len = self.dispatcher.handle(chain, queue_size);
                     complete(vring, head, len, event_idx);
                     continue;
@@ -127,8 +131,20 @@ where
                     let len = dispatcher.handle(chain, queue_size);
                     complete(&worker_vring, head, len, event_idx);
                 });
-                if let Some(Err(job)) = self.pool.as_ref().map(|p| p.spawn(job)) {
-                    job();
+                let job = match place {
+                    Place::OwnThread => match self.waiting.spawn(job) {
+                        Ok(()) => continue,
+                        Err(job) => job,
+                    },
+                    _ => job,
+                };
+                match &self.pool {
+                    Some(p) => {
+                        if let Err(job) = p.spawn(job) {
+                            job();
+                        }
+                    }
+                    None => job(),
                 }
             }
             // With EVENT_IDX, re-check for chains queued while notifications were off.
@@ -136,6 +152,41 @@ where
                 return Ok(());
             }
         }
+    }
+}
+
+/// At most this many requests wait on threads of their own; more go to the pool.
+const MAX_WAITING: usize = 256;
+
+/// Counts the threads running requests that may wait without bound.
+#[derive(Default)]
+struct WaitThreads(Arc<std::sync::atomic::AtomicUsize>);
+
+impl WaitThreads {
+    /// Runs `job` on a new thread; gives it back at the limit or if no thread can start.
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) -> Result<(), Box<dyn FnOnce() + Send>> {
+        let n = self.0.clone();
+        if n.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
+            n.fetch_sub(1, Ordering::AcqRel);
+            return Err(job);
+        }
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(job)));
+        let theirs = slot.clone();
+        let started = std::thread::Builder::new()
+            .name("fs-lock-wait".into())
+            .spawn(move || {
+                if let Some(job) = theirs.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    job();
+                }
+                n.fetch_sub(1, Ordering::AcqRel);
+            });
+        if started.is_err() {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+            if let Some(job) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Err(job);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -156,7 +207,7 @@ fn complete(vring: &Vring, head: u16, len: u32, event_idx: bool) {
 
 impl<F> VhostUserBackend for FsBackend<F>
 where
-    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+    F: super::dispatch::ServedFs,
 {
     type Bitmap = ();
     type Vring = Vring;

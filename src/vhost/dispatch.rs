@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
-use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use fuse_backend_rs::api::filesystem::FileSystem;
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writer};
 use log::{debug, error, info, warn};
@@ -21,43 +21,54 @@ use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{GuestMemory, GuestMemoryMmap};
 
 use super::init::{self, Negotiated};
-use super::io;
 use super::opcode::{self, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
+use super::waiters::Waiters;
+use crate::fs::own::OwnOps;
+
+/// What the dispatcher needs of a filesystem: fuse-backend-rs's `FileSystem` for what its
+/// `Server` answers, and [`OwnOps`] for what this project answers itself.
+pub trait ServedFs: FileSystem<Inode = u64, Handle = u64> + OwnOps + Send + Sync + 'static {}
+
+impl<T: FileSystem<Inode = u64, Handle = u64> + OwnOps + Send + Sync + 'static> ServedFs for T {}
 
 /// Turns descriptor chains into FUSE replies for one filesystem. Shared by all queue threads
 /// and workers.
 pub struct Dispatcher<F: FileSystem + Send + Sync> {
-    fs: Arc<F>,
+    pub(super) fs: Arc<F>,
     server: Server<Arc<F>>,
     max_pages: u16,
-    page_size: usize,
+    pub(super) page_size: usize,
     limits: Mutex<Negotiated>,
+    /// Requests waiting without bound (SETLKW), for FUSE_INTERRUPT and session ends.
+    pub(super) waiters: Waiters,
     /// INIT flags fuse-backend-rs has no name for, enabled when the guest offers them.
     raw_init_flags: u64,
 }
 
-/// Whether the request in `chain` is costly enough to hand to a worker (the opcode table's
-/// cost; for READ and WRITE, their size). Reads only the first descriptor, and only to
-/// schedule: the request itself is decoded once, later, by [`Dispatcher::handle`]. Anything
-/// unusual counts as cheap.
-pub(crate) fn is_heavy<M>(chain: &DescriptorChain<M>) -> bool
+/// Where the request in `chain` runs (the opcode table's cost; for READ and WRITE, their
+/// size). Reads only the first descriptor, and only to schedule: the request itself is
+/// decoded once, later, by [`Dispatcher::handle`]. Anything unusual runs here.
+pub(crate) fn placement<M>(chain: &DescriptorChain<M>) -> Place
 where
     M: Deref + Clone,
     M::Target: GuestMemory + Sized,
 {
     use vm_memory::{Address, Bytes};
     let Some(first) = chain.clone().next() else {
-        return false;
+        return Place::Here;
     };
     if first.is_write_only() || (first.len() as usize) < size_of::<InHeader>() {
-        return false;
+        return Place::Here;
     }
     let mem = chain.memory();
     let Ok(hdr) = mem.read_obj::<InHeader>(first.addr()) else {
-        return false;
+        return Place::Here;
     };
     let info = opcode::info(hdr.opcode);
+    if info.cost == opcode::Cost::Blocking {
+        return Place::OwnThread;
+    }
     // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32).
     let size = matches!(info.cost, opcode::Cost::FromSize(_))
         .then(|| {
@@ -68,7 +79,22 @@ where
             fits.then(|| mem.read_obj::<u32>(at).ok()).flatten()
         })
         .flatten();
-    info.heavy(size)
+    if info.heavy(size) {
+        Place::Worker
+    } else {
+        Place::Here
+    }
+}
+
+/// Where a request runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// On the queue thread.
+    Here,
+    /// On a pool worker.
+    Worker,
+    /// On a thread of its own (it may wait without bound).
+    OwnThread,
 }
 
 std::thread_local! {
@@ -98,7 +124,7 @@ where
 
 impl<F> Dispatcher<F>
 where
-    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+    F: ServedFs,
 {
     /// Wraps `fs`; `max_pages` is the `--max-pages` ceiling (at most 1020).
     pub fn new(fs: F, max_pages: u16) -> Self {
@@ -112,6 +138,7 @@ where
             page_size,
             limits: Mutex::new(Negotiated::upper_bound(max_pages, page_size)),
             raw_init_flags: 0,
+            waiters: Waiters::default(),
         }
     }
 
@@ -138,6 +165,7 @@ where
 
     /// Forgets the session: the filesystem drops its state as on FUSE_DESTROY.
     pub fn reset(&self) {
+        self.waiters.interrupt_all();
         self.fs.destroy();
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) =
             Negotiated::upper_bound(self.max_pages, self.page_size);
@@ -225,19 +253,7 @@ where
         match info.served_by {
             ServedBy::Unsupported if !info.replies => Ok(0),
             ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
-            ServedBy::Daemon if op == Opcode::Init as u32 => self.init(hdr, r, w, queue_size),
-            ServedBy::Daemon => {
-                let mut ctx = Context::from(hdr);
-                if let Err(e) = self.fs.id_remap(&mut ctx) {
-                    return reply_io_error(&mut w, hdr.unique, &e);
-                }
-                let limits = self.limits();
-                if op == Opcode::Read as u32 {
-                    io::read(&*self.fs, &ctx, hdr, r, w, limits.max_read(self.page_size))
-                } else {
-                    io::write(&*self.fs, &ctx, hdr, r, w, limits.max_write)
-                }
-            }
+            ServedBy::Daemon(own) => self.serve_own::<M>(own, hdr, r, w, queue_size),
             ServedBy::Library => {
                 if w.available_bytes() < info.min_reply {
                     // The filesystem would open a handle or take a reference the guest could
@@ -283,7 +299,7 @@ where
         })
     }
 
-    fn init<S: BitmapSlice>(
+    pub(super) fn init<S: BitmapSlice>(
         &self,
         hdr: &InHeader,
         mut r: Reader<'_, S>,

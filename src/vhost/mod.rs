@@ -6,10 +6,12 @@ mod dispatch;
 mod init;
 mod io;
 mod opcode;
+mod own;
 mod pool;
 mod reply;
 #[cfg(test)]
 mod tests;
+mod waiters;
 
 use std::os::unix::io::RawFd;
 use std::path::PathBuf;
@@ -196,9 +198,11 @@ impl Bound {
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
     pub fn start<F>(self, fs: F) -> Result<Daemon<F>, Error>
     where
-        F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+        F: dispatch::ServedFs,
     {
         let cfg = &self.cfg;
+        // Lock waits (SETLKW) are woken by a signal on FUSE_INTERRUPT.
+        crate::sys::thread::install_wake_handler().map_err(Error::StartWorkers)?;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages).allow_mmap(cfg.allow_mmap);
         let backend = FsBackend::new(
             dispatcher,
@@ -227,7 +231,7 @@ pub fn remove_socket_files(path: &std::path::Path) {
 
 impl<F> Daemon<F>
 where
-    F: FileSystem<Inode = u64, Handle = u64> + Send + Sync + 'static,
+    F: dispatch::ServedFs,
 {
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {

@@ -5,14 +5,32 @@
 
 use std::mem::size_of;
 
-use fuse_backend_rs::abi::fuse_abi::{EntryOut, Opcode, OpenOut, OutHeader};
+pub(crate) use fuse_backend_rs::abi::fuse_abi::Opcode;
+use fuse_backend_rs::abi::fuse_abi::{EntryOut, OpenOut, OutHeader};
+
+/// This project's own handlers (see `own.rs`): INIT, READ and WRITE (fuse-backend-rs caps
+/// them at 256 pages and 1 MiB), and what fuse-backend-rs 0.14 does not dispatch or gets wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Own {
+    /// FUSE_INIT.
+    Init,
+    /// FUSE_READ.
+    Read,
+    /// FUSE_WRITE.
+    Write,
+    /// FUSE_GETLK.
+    Getlk,
+    /// FUSE_SETLK and FUSE_SETLKW (which may block: see [`Cost::Blocking`]).
+    Setlk,
+    /// FUSE_INTERRUPT: wakes a blocked SETLKW.
+    Interrupt,
+}
 
 /// Who answers an opcode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ServedBy {
-    /// This project's own handler (INIT, READ and WRITE: fuse-backend-rs caps them at 256
-    /// pages and 1 MiB).
-    Daemon,
+    /// This project's own handler.
+    Daemon(Own),
     /// fuse-backend-rs's `Server`, calling the `FileSystem` implementation.
     Library,
     /// Nobody yet: answered ENOSYS (the guest then stops sending it or falls back).
@@ -28,6 +46,9 @@ pub(crate) enum Cost {
     Costly,
     /// READ/WRITE: a worker from this many payload bytes on.
     FromSize(u32),
+    /// May wait without bound for another party (SETLKW): a thread of its own, so that no
+    /// worker is held.
+    Blocking,
 }
 
 /// The facts about one opcode.
@@ -59,7 +80,8 @@ const SYNCFS: u32 = 50;
 const TMPFILE: u32 = 51;
 const STATX: u32 = 52;
 
-use Cost::{Cheap, Costly, FromSize};
+use Cost::{Blocking, Cheap, Costly, FromSize};
+use Own::{Getlk, Init, Interrupt, Read, Setlk, Write};
 use ServedBy::{Daemon, Library, Unsupported};
 
 const fn row(replies: bool, min_reply: usize, cost: Cost, served_by: ServedBy) -> OpInfo {
@@ -91,11 +113,11 @@ const ROWS: &[(u32, OpInfo)] = &[
     (Opcode::Open as u32, row(true, OPEN, Cheap, Library)),
     (
         Opcode::Read as u32,
-        row(true, 0, FromSize(HEAVY_READ), Daemon),
+        row(true, 0, FromSize(HEAVY_READ), Daemon(Read)),
     ),
     (
         Opcode::Write as u32,
-        row(true, 0, FromSize(HEAVY_WRITE), Daemon),
+        row(true, 0, FromSize(HEAVY_WRITE), Daemon(Write)),
     ),
     (Opcode::Statfs as u32, row(true, 0, Cheap, Library)),
     (Opcode::Release as u32, row(true, 0, Cheap, Library)),
@@ -105,7 +127,10 @@ const ROWS: &[(u32, OpInfo)] = &[
     (Opcode::Listxattr as u32, row(true, 0, Cheap, Library)),
     (Opcode::Removexattr as u32, row(true, 0, Costly, Library)),
     (Opcode::Flush as u32, row(true, 0, Cheap, Library)),
-    (Opcode::Init as u32, row(true, 0, Cheap, Daemon)),
+    (Opcode::Init as u32, row(true, 0, Cheap, Daemon(Init))),
+    (Opcode::Getlk as u32, row(true, 0, Costly, Daemon(Getlk))),
+    (Opcode::Setlk as u32, row(true, 0, Costly, Daemon(Setlk))),
+    (Opcode::Setlkw as u32, row(true, 0, Blocking, Daemon(Setlk))),
     (Opcode::Opendir as u32, row(true, OPEN, Cheap, Library)),
     (Opcode::Readdir as u32, row(true, 0, Costly, Library)),
     (Opcode::Releasedir as u32, row(true, 0, Cheap, Library)),
@@ -115,7 +140,11 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::Create as u32,
         row(true, ENTRY + size_of::<OpenOut>(), Costly, Library),
     ),
-    (Opcode::Interrupt as u32, row(false, 0, Cheap, Library)),
+    // A worker: waking a waiter may take a few signals.
+    (
+        Opcode::Interrupt as u32,
+        row(false, 0, Costly, Daemon(Interrupt)),
+    ),
     (Opcode::Destroy as u32, row(true, 0, Cheap, Library)),
     (Opcode::BatchForget as u32, row(false, 0, Cheap, Library)),
     (Opcode::Fallocate as u32, row(true, 0, Costly, Library)),
@@ -158,7 +187,7 @@ impl OpInfo {
     pub(crate) fn heavy(&self, size: Option<u32>) -> bool {
         match self.cost {
             Cheap => false,
-            Costly => true,
+            Costly | Blocking => true,
             FromSize(at) => size.is_some_and(|s| s >= at),
         }
     }
@@ -170,7 +199,8 @@ mod tests {
 
     #[test]
     fn the_table_answers_every_opcode() {
-        assert_eq!(info(Opcode::Init as u32).served_by, Daemon);
+        assert_eq!(info(Opcode::Init as u32).served_by, Daemon(Init));
+        assert_eq!(info(Opcode::Setlkw as u32).cost, Blocking);
         assert_eq!(info(Opcode::Lookup as u32).min_reply, ENTRY);
         assert_eq!(
             info(Opcode::Create as u32).min_reply,
@@ -181,17 +211,7 @@ mod tests {
         assert!(!info(Opcode::Interrupt as u32).replies);
         assert!(!info(Opcode::NotifyReply as u32).replies);
         // Gaps, newer opcodes and garbage are unsupported but answered.
-        for op in [
-            0,
-            7,
-            19,
-            Opcode::Getlk as u32,
-            STATX,
-            63,
-            64,
-            4096,
-            u32::MAX,
-        ] {
+        for op in [0, 7, 19, Opcode::Bmap as u32, STATX, 63, 64, 4096, u32::MAX] {
             assert_eq!(info(op), UNKNOWN, "opcode {op}");
         }
         assert!(info(Opcode::Read as u32).heavy(Some(HEAVY_READ)));

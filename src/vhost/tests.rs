@@ -29,6 +29,8 @@ struct FakeFs {
     written: Mutex<Vec<u8>>,
 }
 
+impl crate::fs::own::OwnOps for FakeFs {}
+
 impl FileSystem for FakeFs {
     type Inode = u64;
     type Handle = u64;
@@ -392,9 +394,9 @@ fn backend_serves_a_queue_through_the_worker_pool() {
 
 #[test]
 fn costly_requests_are_told_apart_from_cheap_ones() {
-    use super::dispatch::is_heavy;
+    use super::dispatch::{placement, Place};
     let mem = memory();
-    let heavy = |msg: &[u8]| {
+    let place = |msg: &[u8]| {
         mem.write_slice(msg, GuestAddress(REQ_ADDR)).unwrap();
         let vq = MockSplitQueue::new(&mem, 16);
         let descs = [RawDescriptor::from(SplitDescriptor::new(
@@ -403,8 +405,9 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
             0,
             0,
         ))];
-        is_heavy(&vq.build_desc_chain(&descs).unwrap())
+        placement(&vq.build_desc_chain(&descs).unwrap())
     };
+    let heavy = |msg: &[u8]| place(msg) == Place::Worker;
     assert!(!heavy(&read_req(1, 0, 4096)));
     assert!(heavy(&read_req(1, 0, 64 * 1024)));
     let write = |size: u32| {
@@ -432,7 +435,17 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
         &[&[0u8; 40]]
     )));
     // A header split across descriptors is not peeked at: served on the queue thread.
-    assert!(!heavy(&read_req(1, 0, 1 << 20)[..20]));
+    assert_eq!(place(&read_req(1, 0, 1 << 20)[..20]), Place::Here);
+    // A lock wait gets a thread of its own; a lock attempt that cannot wait, a worker.
+    let lk = [0u8; 48];
+    assert_eq!(
+        place(&message(header(Opcode::Setlkw, 7, 48), &[&lk])),
+        Place::OwnThread
+    );
+    assert_eq!(
+        place(&message(header(Opcode::Setlk, 8, 48), &[&lk])),
+        Place::Worker
+    );
 }
 
 /// The `Server` parses the header the dispatcher read, never guest memory again: a guest that

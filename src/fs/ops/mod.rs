@@ -5,6 +5,7 @@ pub mod attr;
 pub mod create;
 pub mod io;
 pub mod link;
+pub mod lock;
 pub mod lookup;
 pub mod open;
 pub mod readdir;
