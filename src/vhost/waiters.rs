@@ -19,7 +19,14 @@ struct Waiter {
 #[derive(Default)]
 pub(crate) struct Waiters {
     map: Mutex<HashMap<u64, Waiter>>,
+    /// Interrupts that came before their request registered (the request runs on another
+    /// thread and may not have started): the request is cancelled when it does.
+    early: Mutex<std::collections::VecDeque<u64>>,
 }
+
+/// How many early interrupts are remembered (a guest that interrupts requests it never sent
+/// cannot grow this).
+const EARLY: usize = 256;
 
 /// A registered wait; deregisters on drop.
 pub(crate) struct Registration<'a> {
@@ -52,7 +59,14 @@ impl Waiters {
 
     /// Registers the calling thread as waiting for request `unique`.
     pub(crate) fn register(&self, unique: u64) -> Registration<'_> {
-        let cancelled = Arc::new(AtomicBool::new(false));
+        let early = {
+            let mut e = self.early.lock().unwrap_or_else(|e| e.into_inner());
+            e.iter()
+                .position(|&u| u == unique)
+                .map(|i| e.remove(i))
+                .is_some()
+        };
+        let cancelled = Arc::new(AtomicBool::new(early));
         self.lock().insert(
             unique,
             Waiter {
@@ -67,13 +81,21 @@ impl Waiters {
         }
     }
 
-    /// Interrupts request `unique` if it waits; whether it did.
+    /// Interrupts request `unique`: wakes it if it waits, or cancels it before it starts
+    /// waiting. Whether it was waiting.
     pub(crate) fn interrupt(&self, unique: u64) -> bool {
         let mut found = false;
         for _ in 0..RESIGNAL_TRIES {
             {
                 let map = self.lock();
                 let Some(w) = map.get(&unique) else {
+                    if !found {
+                        let mut e = self.early.lock().unwrap_or_else(|e| e.into_inner());
+                        if e.len() == EARLY {
+                            e.pop_front();
+                        }
+                        e.push_back(unique);
+                    }
                     return found;
                 };
                 found = true;

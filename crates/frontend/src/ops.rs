@@ -12,6 +12,7 @@ use fuse_backend_rs::abi::fuse_abi::{
 use vm_memory::ByteValued;
 
 use crate::request::FuseRequest;
+use fuse_backend_rs::abi::fuse_abi;
 
 /// Root inode number.
 pub const ROOT_ID: u64 = 1;
@@ -306,4 +307,68 @@ pub fn parse_dirents(mut buf: &[u8], plus: bool) -> Vec<DirEntry> {
         buf = &buf[used..];
     }
     out
+}
+
+/// A FUSE lock: bytes `start..=end` (`end` u64::MAX: to the end of the file), type
+/// `F_RDLCK`/`F_WRLCK`/`F_UNLCK`.
+pub fn file_lock(start: u64, end: u64, type_: i32) -> fuse_abi::FileLock {
+    fuse_abi::FileLock {
+        start,
+        end,
+        type_: type_ as u32,
+        pid: 0,
+    }
+}
+
+fn lk_in(fh: u64, owner: u64, lk: fuse_abi::FileLock, flock: bool) -> Vec<u8> {
+    let a = fuse_abi::LkIn {
+        fh,
+        owner,
+        lk,
+        lk_flags: if flock { fuse_abi::LK_FLOCK } else { 0 },
+        padding: 0,
+    };
+    a.as_slice().to_vec()
+}
+
+/// FUSE_GETLK for lock owner `owner` through handle `fh`.
+pub fn getlk(nodeid: u64, fh: u64, owner: u64, lk: fuse_abi::FileLock) -> FuseRequest {
+    FuseRequest::new(
+        Opcode::Getlk as u32,
+        nodeid,
+        lk_in(fh, owner, lk, false),
+        size_of::<fuse_abi::LkOut>(),
+    )
+}
+
+/// FUSE_SETLK, or FUSE_SETLKW with `wait`; a flock(2) lock with `flock`.
+pub fn setlk(
+    nodeid: u64,
+    fh: u64,
+    owner: u64,
+    lk: fuse_abi::FileLock,
+    flock: bool,
+    wait: bool,
+) -> FuseRequest {
+    let op = if wait { Opcode::Setlkw } else { Opcode::Setlk };
+    FuseRequest::new(op as u32, nodeid, lk_in(fh, owner, lk, flock), 0)
+}
+
+/// FUSE_INTERRUPT of request `unique` (no reply).
+pub fn interrupt(unique: u64) -> FuseRequest {
+    let a = fuse_abi::InterruptIn { unique };
+    let mut r = FuseRequest::new(Opcode::Interrupt as u32, 0, a.as_slice().to_vec(), 0);
+    r.reply_capacity = 0;
+    r
+}
+
+/// FUSE_FLUSH of handle `fh` by lock owner `owner` (a close in the guest).
+pub fn flush(nodeid: u64, fh: u64, owner: u64) -> FuseRequest {
+    let a = fuse_abi::FlushIn {
+        fh,
+        unused: 0,
+        padding: 0,
+        lock_owner: owner,
+    };
+    FuseRequest::new(Opcode::Flush as u32, nodeid, a.as_slice().to_vec(), 0)
 }

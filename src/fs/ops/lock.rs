@@ -138,6 +138,10 @@ pub fn setlk(
 ) -> io::Result<()> {
     let k = kind(lk.type_)?;
     loop {
+        // Interrupted before it could block (or between a wake-up and the next try).
+        if wait && cancelled() {
+            return Err(errno(libc::EINTR));
+        }
         let r = if flock {
             let h = fs.handles.file(fh, inode)?;
             lock::flock(h.as_file()?.fd.as_fd(), k, wait)
@@ -146,11 +150,8 @@ pub fn setlk(
             lock::set(fd.as_fd(), k, range(&lk)?, wait)
         };
         match r {
-            Err(e) if wait && e.raw_os_error() == Some(libc::EINTR) => {
-                if cancelled() {
-                    return Err(e);
-                }
-            }
+            // Woken: the loop asks whether it was an interrupt.
+            Err(e) if wait && e.raw_os_error() == Some(libc::EINTR) => {}
             // A non-blocking flock that conflicts says EWOULDBLOCK; FUSE wants EAGAIN (equal
             // on Linux) as for fcntl.
             r => return r,

@@ -1,0 +1,267 @@
+//! Host-side locks through the daemon's socket, as the guest kernel sends them: POSIX record
+//! locks per lock owner (conflicts between owners, none within one, GETLK reports the
+//! holder), conflicts with a host process's own fcntl locks in both directions, SETLKW
+//! waiting until the holder lets go, SETLKW interrupted by FUSE_INTERRUPT, an owner's locks
+//! released by its FLUSH (a close), flock locks per open file released with the handle, and
+//! a daemon with a waiting SETLKW still ending cleanly when the guest goes.
+
+#[path = "support/daemon.rs"]
+mod daemon;
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use daemon::Daemon;
+use vufs_frontend::fuse_abi::{FileLock, LkOut};
+use vufs_frontend::{ops, Device, REQUEST_QUEUE};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Opens `name` (made with `data` in the branch) read-write: (nodeid, fh).
+fn open_rw(dev: &mut Device, name: &[u8]) -> (u64, u64) {
+    let e = dev.lookup(ops::ROOT_ID, name).unwrap();
+    let o = dev.open(e.nodeid, libc::O_RDWR as u32).unwrap();
+    (e.nodeid, o.fh)
+}
+
+/// The errno of a reply (Ok for success).
+fn answer(r: vufs_frontend::Result<vufs_frontend::FuseReply>) -> Result<(), i32> {
+    match r.unwrap().errno() {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+fn setlk(dev: &mut Device, node: u64, fh: u64, owner: u64, lk: FileLock) -> Result<(), i32> {
+    answer(dev.send(&ops::setlk(node, fh, owner, lk, false, false)))
+}
+
+fn flock(dev: &mut Device, node: u64, fh: u64, kind: i32) -> Result<(), i32> {
+    let lk = ops::file_lock(0, u64::MAX, kind);
+    answer(dev.send(&ops::setlk(node, fh, fh, lk, true, false)))
+}
+
+fn getlk(dev: &mut Device, node: u64, fh: u64, owner: u64, lk: FileLock) -> FileLock {
+    dev.send(&ops::getlk(node, fh, owner, lk))
+        .unwrap()
+        .parse::<LkOut>()
+        .unwrap()
+        .lk
+}
+
+fn daemon_with_file() -> Daemon {
+    let d = Daemon::start(&["a"], &[]);
+    std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
+    d
+}
+
+/// A classic POSIX lock (F_SETLK) taken by this test process on `file`: what any host
+/// program holds.
+fn host_lock(file: &std::fs::File, kind: i32, start: i64, len: i64) -> std::io::Result<()> {
+    // SAFETY: a zeroed flock is valid; the fields are set before the call.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: a valid descriptor and a valid flock pointer.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[test]
+fn posix_locks_conflict_between_owners_and_not_within_one() {
+    let d = daemon_with_file();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let (_, fh2) = open_rw(&mut dev, b"f");
+    let (a, b) = (0xa, 0xb);
+    setlk(&mut dev, node, fh, a, ops::file_lock(0, 99, libc::F_WRLCK)).unwrap();
+    // The same owner through another handle: no conflict with itself (range extended).
+    setlk(
+        &mut dev,
+        node,
+        fh2,
+        a,
+        ops::file_lock(50, 199, libc::F_WRLCK),
+    )
+    .unwrap();
+    // Another owner: EAGAIN on any overlap, fine past the end of a's range.
+    eprintln!("{}", d.log());
+    assert_eq!(
+        setlk(
+            &mut dev,
+            node,
+            fh,
+            b,
+            ops::file_lock(150, 150, libc::F_RDLCK)
+        ),
+        Err(libc::EAGAIN)
+    );
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        b,
+        ops::file_lock(200, 299, libc::F_WRLCK),
+    )
+    .unwrap();
+    // GETLK names the conflicting lock: a's merged 0..=199, exclusive.
+    let got = getlk(&mut dev, node, fh, b, ops::file_lock(10, 10, libc::F_RDLCK));
+    assert_eq!(
+        (got.type_ as i32, got.start, got.end),
+        (libc::F_WRLCK, 0, 199)
+    );
+    let free = getlk(
+        &mut dev,
+        node,
+        fh,
+        b,
+        ops::file_lock(300, 400, libc::F_WRLCK),
+    );
+    assert_eq!(free.type_ as i32, libc::F_UNLCK);
+    // a unlocks the middle: b may take it; a still holds the rest.
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        a,
+        ops::file_lock(100, 149, libc::F_UNLCK),
+    )
+    .unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        b,
+        ops::file_lock(100, 149, libc::F_WRLCK),
+    )
+    .unwrap();
+    assert_eq!(
+        setlk(&mut dev, node, fh, b, ops::file_lock(99, 99, libc::F_WRLCK)),
+        Err(libc::EAGAIN)
+    );
+}
+
+#[test]
+fn guest_locks_and_host_locks_see_each_other() {
+    let d = daemon_with_file();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.branches[0].join("f"))
+        .unwrap();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    // Guest holds 0..=9: a host process cannot lock it, and sees it with F_GETLK.
+    setlk(&mut dev, node, fh, 1, ops::file_lock(0, 9, libc::F_WRLCK)).unwrap();
+    let e = host_lock(&file, libc::F_RDLCK, 5, 1).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    host_lock(&file, libc::F_WRLCK, 10, 10).unwrap();
+    // Host holds 10..=19: the guest gets EAGAIN there, and GETLK reports it (pid 0).
+    assert_eq!(
+        setlk(&mut dev, node, fh, 1, ops::file_lock(15, 15, libc::F_RDLCK)),
+        Err(libc::EAGAIN)
+    );
+    let got = getlk(&mut dev, node, fh, 1, ops::file_lock(12, 30, libc::F_RDLCK));
+    assert_eq!(
+        (got.type_ as i32, got.start, got.end, got.pid),
+        (libc::F_WRLCK, 10, 19, 0)
+    );
+    // flock locks conflict with a host flock on the same file.
+    // SAFETY: flock on a valid descriptor.
+    assert_eq!(
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    assert_eq!(flock(&mut dev, node, fh, libc::F_RDLCK), Err(libc::EAGAIN));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) }, 0);
+    flock(&mut dev, node, fh, libc::F_RDLCK).unwrap();
+}
+
+#[test]
+fn setlkw_waits_for_the_holder_and_flush_releases_an_owners_locks() {
+    let d = daemon_with_file();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let (_, fh2) = open_rw(&mut dev, b"f");
+    setlk(&mut dev, node, fh, 1, ops::file_lock(0, 0, libc::F_WRLCK)).unwrap();
+    let lk = ops::file_lock(0, 0, libc::F_WRLCK);
+    let t = dev
+        .queue_request(REQUEST_QUEUE, &ops::setlk(node, fh2, 2, lk, false, true))
+        .unwrap();
+    dev.kick(REQUEST_QUEUE).unwrap();
+    // Other requests are still served while it waits (no worker, no queue thread held).
+    for _ in 0..20 {
+        dev.getattr(node).unwrap();
+    }
+    // Owner 1 closes a descriptor of the file (FLUSH): its locks go, and owner 2 gets the lock.
+    answer(dev.send(&ops::flush(node, fh, 1))).unwrap();
+    let c = dev.wait(t, WAIT).unwrap().into_reply();
+    assert_eq!(c.header().unwrap().error, 0);
+    // Owner 1 now conflicts with owner 2.
+    assert_eq!(
+        setlk(&mut dev, node, fh, 1, ops::file_lock(0, 0, libc::F_RDLCK)),
+        Err(libc::EAGAIN)
+    );
+}
+
+#[test]
+fn an_interrupt_ends_a_waiting_setlkw_with_eintr() {
+    let d = daemon_with_file();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.branches[0].join("f"))
+        .unwrap();
+    host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    for flock_kind in [false, true] {
+        if flock_kind {
+            // SAFETY: flock on a valid descriptor.
+            assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
+        }
+        let lk = ops::file_lock(0, u64::MAX, libc::F_WRLCK);
+        let req = ops::setlk(node, fh, 7, lk, flock_kind, true);
+        let t = dev.queue_request(REQUEST_QUEUE, &req).unwrap();
+        dev.kick(REQUEST_QUEUE).unwrap();
+        // The kernel sends INTERRUPT after the request, whenever the daemon has picked it up.
+        dev.send(&ops::interrupt(t.seq))
+            .unwrap_or_else(|_| panic!("{}", d.log()));
+        let c = dev.wait(t, WAIT).unwrap().into_reply();
+        assert_eq!(
+            c.header().unwrap().error,
+            -libc::EINTR,
+            "flock={flock_kind}"
+        );
+    }
+    // Served as before.
+    dev.getattr(node).unwrap();
+}
+
+#[test]
+fn release_drops_flock_and_a_waiting_setlkw_does_not_keep_the_daemon_alive() {
+    let mut d = daemon_with_file();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let (_, fh2) = open_rw(&mut dev, b"f");
+    flock(&mut dev, node, fh, libc::F_WRLCK).unwrap();
+    assert_eq!(flock(&mut dev, node, fh2, libc::F_WRLCK), Err(libc::EAGAIN));
+    dev.release(node, fh).unwrap();
+    flock(&mut dev, node, fh2, libc::F_WRLCK).unwrap();
+    // A SETLKW waiting on a lock held through fh2 when the guest goes away.
+    let (_, fh3) = open_rw(&mut dev, b"f");
+    let lk = ops::file_lock(0, u64::MAX, libc::F_WRLCK);
+    dev.queue_request(REQUEST_QUEUE, &ops::setlk(node, fh3, fh3, lk, true, true))
+        .unwrap();
+    dev.kick(REQUEST_QUEUE).unwrap();
+    dev.getattr(node).unwrap();
+    d.assert_alive();
+    drop(dev);
+    let st = d.proc.wait_exit(WAIT).unwrap().expect("the daemon exits");
+    assert!(st.success(), "{st}\n{}", d.log());
+}
