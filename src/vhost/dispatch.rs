@@ -253,7 +253,7 @@ where
         match info.served_by {
             ServedBy::Unsupported if !info.replies => Ok(0),
             ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
-            ServedBy::Daemon(own) => self.serve_own::<M>(own, hdr, r, w, queue_size),
+            ServedBy::Daemon(own) => self.serve_own(own, hdr, r, w, queue_size),
             ServedBy::Library => {
                 if w.available_bytes() < info.min_reply {
                     // The filesystem would open a handle or take a reference the guest could

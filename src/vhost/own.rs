@@ -2,12 +2,10 @@
 //! decoded here, once, from the reader positioned after the header, and answered from the
 //! filesystem's [`OwnOps`](crate::fs::own::OwnOps) or the dispatcher's own state.
 
-use std::ops::Deref;
-
 use fuse_backend_rs::abi::fuse_abi::{InHeader, InterruptIn, LkIn, LkOut, LK_FLOCK};
 use fuse_backend_rs::api::filesystem::Context;
 use fuse_backend_rs::transport::{Reader, Writer};
-use vm_memory::{ByteValued, GuestMemoryMmap};
+use vm_memory::ByteValued;
 
 use super::dispatch::{Dispatcher, ServedFs};
 use super::io;
@@ -16,17 +14,14 @@ use super::reply::{reply_io_error, reply_ok, RequestError};
 
 impl<F: ServedFs> Dispatcher<F> {
     /// Serves `own` for the request `hdr` (`r` is past the header).
-    pub(super) fn serve_own<M>(
+    pub(super) fn serve_own(
         &self,
         own: Own,
         hdr: &InHeader,
         mut r: Reader<'_, ()>,
         mut w: Writer<'_, ()>,
         queue_size: u16,
-    ) -> Result<usize, RequestError>
-    where
-        M: Deref<Target = GuestMemoryMmap<()>> + Clone,
-    {
+    ) -> Result<usize, RequestError> {
         if own == Own::Init {
             return self.init(hdr, r, w, queue_size);
         }
