@@ -22,6 +22,7 @@ declare -A probe=(
     [mergerfs]=/usr/bin/mergerfs
     [python3]=/usr/bin/python3
     [uidmap]=/usr/bin/newuidmap
+    [xfsprogs]=/usr/sbin/xfs_io
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

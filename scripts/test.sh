@@ -15,6 +15,8 @@ GUEST_KERNEL_SUITE=trixie-backports timed scripts/fetch-kernel.sh >/dev/null
 timed scripts/build-initramfs.sh >/dev/null
 # The POSIX conformance suite, packed for the guest (tests/e2e_pjdfstest.rs).
 timed scripts/build-pjdfstest-initrd.sh >/dev/null
+# flock, cp, sync, stat and xfs_io for the guest (tests/e2e_ops.rs).
+timed scripts/build-tools-initrd.sh >/dev/null
 # The closing line sums every test binary's result (cargo's own last line is that of the
 # doc-tests, which hold none): "N passed, N failed".
 out=$(mktemp)

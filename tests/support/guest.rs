@@ -291,6 +291,16 @@ pub fn pjdfstest_initrd() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot prepare pjdfstest for the guest: {e}"))
 }
 
+/// Host programs busybox lacks, for [`Guest::extra_initrd`] (scripts/build-tools-initrd.sh):
+/// flock, cp, sync, stat and xfs_io under `/opt/tools/bin`.
+pub fn tools_initrd() -> PathBuf {
+    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ARCHIVE
+        .get_or_init(|| run_path_script("build-tools-initrd.sh"))
+        .clone()
+        .unwrap_or_else(|e| panic!("cannot pack the guest tools: {e}"))
+}
+
 /// The guest kernel from Debian suite `suite` (fetched once per test process and suite).
 pub fn kernel_from(suite: &str) -> PathBuf {
     static KERNELS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
@@ -382,8 +392,30 @@ fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
 /// kernel, backend that never creates its socket); a failing scenario is reported in the result.
 pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
     require_qemu();
-    let images = images();
     let _serial = GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    run_unserialized(backend, guest, scenario)
+}
+
+/// Runs several guests at once, each with its own backend (e.g. two VMs sharing branches
+/// through two daemons), and returns their results in order. Scenarios that wait for each
+/// other must do so through the share, with a deadline.
+pub fn run_together(runs: &[(&Backend, &Guest, &str)]) -> Vec<GuestRun> {
+    require_qemu();
+    let _serial = GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    thread::scope(|s| {
+        let handles: Vec<_> = runs
+            .iter()
+            .map(|(b, g, sc)| s.spawn(move || run_unserialized(b, g, sc)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("guest runner panicked"))
+            .collect()
+    })
+}
+
+fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
+    let images = images();
 
     let work = tempfile::Builder::new()
         .prefix("uvfs-e2e-")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Packs host programs the guest's busybox lacks into an uncompressed cpio archive that tests
+# append to the initramfs (tests/support/guest.rs, Guest::extra_initrd): util-linux's flock,
+# coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs), stat (statx) and xfs_io
+# (statx, chattr/lsattr flags), with the shared libraries they load. In the guest they are
+# under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
+# archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+out="$UVFS_GUEST_CACHE/tools.cpio"
+progs=(/usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io)
+for p in "${progs[@]}"; do
+    [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"
+done
+if [ -s "$out" ] && [ "$out" -nt "$0" ]; then
+    log "cached: $out"
+    echo "$out"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"
+mkdir -p "$work/opt/tools/bin"
+for p in "${progs[@]}"; do
+    install -m 755 "$p" "$work/opt/tools/bin/$(basename "$p")"
+done
+for lib in $(for f in "${progs[@]}"; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
+    mkdir -p "$work$(dirname "$lib")"
+    cp -L "$lib" "$work$lib"
+done
+mkdir -p "$UVFS_GUEST_CACHE"
+(cd "$work" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
+    cpio --null -o -H newc --owner=0:0 --quiet) >"$out.tmp"
+mv "$out.tmp" "$out"
+log "built $out ($(stat -c %s "$out") bytes)"
+echo "$out"
