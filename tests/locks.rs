@@ -172,10 +172,8 @@ fn guest_locks_and_host_locks_see_each_other() {
     );
     // flock locks conflict with a host flock on the same file.
     // SAFETY: flock on a valid descriptor.
-    assert_eq!(
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
-        0
-    );
+    let held = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(held, 0);
     assert_eq!(flock(&mut dev, node, fh, libc::F_RDLCK), Err(libc::EAGAIN));
     // SAFETY: as above.
     assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) }, 0);
