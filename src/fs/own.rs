@@ -1,12 +1,16 @@
 //! The operations this project serves itself, outside fuse-backend-rs 0.14's `FileSystem`
-//! (which does not dispatch them, or calls SETLK for SETLKW): host-side locks. The vhost
+//! (which does not dispatch them, or calls SETLK for SETLKW): host-side locks, SYNCFS, STATX
+//! and COPY_FILE_RANGE. The vhost
 //! layer decodes each request once and calls these. Every method has a default answer
 //! (ENOSYS), so a `FileSystem` that offers none (the dispatcher's test double) needs no code.
 
 use std::io;
+use std::time::Duration;
 
-use fuse_backend_rs::abi::fuse_abi::FileLock;
+use fuse_backend_rs::abi::fuse_abi::{stat64, FileLock};
 use fuse_backend_rs::api::filesystem::Context;
+
+pub use super::ops::attr::Extra as StatxExtra;
 
 fn enosys<T>() -> io::Result<T> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
@@ -44,6 +48,43 @@ pub trait OwnOps {
         let _ = (ctx, inode, fh, owner, lk, flock, wait, cancelled);
         enosys()
     }
+
+    /// SYNCFS: flush every filesystem written through.
+    fn syncfs(&self, ctx: &Context, inode: u64) -> io::Result<()> {
+        let _ = (ctx, inode);
+        enosys()
+    }
+
+    /// STATX: GETATTR's attributes (from open file `fh` if given) plus birth time and flags.
+    fn statx(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        fh: Option<u64>,
+    ) -> io::Result<(stat64, Duration, StatxExtra)> {
+        let _ = (ctx, inode, fh);
+        enosys()
+    }
+
+    /// COPY_FILE_RANGE: bytes copied between two open files.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ctx: &Context,
+        inode_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        inode_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> io::Result<usize> {
+        let _ = (
+            ctx, inode_in, fh_in, off_in, inode_out, fh_out, off_out, len, flags,
+        );
+        enosys()
+    }
 }
 
 impl OwnOps for super::UnionFs {
@@ -76,5 +117,37 @@ impl OwnOps for super::UnionFs {
             return enosys();
         }
         super::ops::lock::setlk(self, inode, fh, owner, lk, flock, wait, cancelled)
+    }
+
+    fn syncfs(&self, _ctx: &Context, _inode: u64) -> io::Result<()> {
+        super::ops::sync::syncfs(self)
+    }
+
+    fn statx(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        fh: Option<u64>,
+    ) -> io::Result<(stat64, Duration, StatxExtra)> {
+        let (st, t, x) = super::ops::attr::statx(self, inode, fh)?;
+        Ok((self.guest_stat(st), t, x))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        _ctx: &Context,
+        inode_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        inode_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> io::Result<usize> {
+        super::ops::copy::copy_file_range(
+            self, inode_in, fh_in, off_in, inode_out, fh_out, off_out, len, flags,
+        )
     }
 }

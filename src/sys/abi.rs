@@ -12,3 +12,134 @@ pub fn zeroed_statvfs() -> libc::statvfs64 {
     // SAFETY: statvfs64 is plain integers and padding; all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
 }
+
+/// FUSE protocol structures newer than fuse-backend-rs 0.14 (Linux's `include/uapi/linux/fuse.h`,
+/// protocol 7.39), for the requests the daemon decodes itself.
+pub mod fuse {
+    use vm_memory::ByteValued;
+
+    /// `struct fuse_syncfs_in`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct SyncfsIn {
+        /// Unused.
+        pub padding: u64,
+    }
+
+    /// `struct fuse_statx_in`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct StatxIn {
+        /// FUSE_GETATTR_FH when `fh` is valid.
+        pub getattr_flags: u32,
+        /// Unused.
+        pub reserved: u32,
+        /// The open file, with FUSE_GETATTR_FH.
+        pub fh: u64,
+        /// `AT_*` flags of the guest's statx.
+        pub sx_flags: u32,
+        /// `STATX_*` fields asked for.
+        pub sx_mask: u32,
+    }
+
+    /// `struct fuse_sx_time`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct SxTime {
+        /// Seconds.
+        pub tv_sec: i64,
+        /// Nanoseconds.
+        pub tv_nsec: u32,
+        /// Unused.
+        pub reserved: i32,
+    }
+
+    /// `struct fuse_statx`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Statx {
+        /// `STATX_*` fields filled in.
+        pub mask: u32,
+        /// Block size.
+        pub blksize: u32,
+        /// `STATX_ATTR_*` flags.
+        pub attributes: u64,
+        /// Link count.
+        pub nlink: u32,
+        /// Owner.
+        pub uid: u32,
+        /// Group.
+        pub gid: u32,
+        /// Type and mode.
+        pub mode: u16,
+        /// Unused.
+        pub spare0: u16,
+        /// Inode number.
+        pub ino: u64,
+        /// Size.
+        pub size: u64,
+        /// 512-byte blocks.
+        pub blocks: u64,
+        /// `STATX_ATTR_*` flags the filesystem supports.
+        pub attributes_mask: u64,
+        /// Access time.
+        pub atime: SxTime,
+        /// Birth time.
+        pub btime: SxTime,
+        /// Change time.
+        pub ctime: SxTime,
+        /// Modification time.
+        pub mtime: SxTime,
+        /// Device numbers of a device node.
+        pub rdev_major: u32,
+        /// See `rdev_major`.
+        pub rdev_minor: u32,
+        /// Device of the filesystem (left 0: the guest has its own).
+        pub dev_major: u32,
+        /// See `dev_major`.
+        pub dev_minor: u32,
+        /// Unused.
+        pub spare2: [u64; 14],
+    }
+
+    /// `struct fuse_statx_out`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct StatxOut {
+        /// Attribute cache time, seconds.
+        pub attr_valid: u64,
+        /// Attribute cache time, nanoseconds.
+        pub attr_valid_nsec: u32,
+        /// Unused flags.
+        pub flags: u32,
+        /// Unused.
+        pub spare: [u64; 2],
+        /// The attributes.
+        pub stat: Statx,
+    }
+
+    // SAFETY: each is repr(C) plain integers (and arrays and structs of them) with no
+    // implicit padding, so any byte pattern is a valid value.
+    unsafe impl ByteValued for SyncfsIn {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for StatxIn {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for SxTime {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for Statx {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for StatxOut {}
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn sizes_match_the_kernel_header() {
+            assert_eq!(std::mem::size_of::<StatxIn>(), 24);
+            assert_eq!(std::mem::size_of::<SxTime>(), 16);
+            assert_eq!(std::mem::size_of::<Statx>(), 256);
+            assert_eq!(std::mem::size_of::<StatxOut>(), 288);
+        }
+    }
+}

@@ -32,3 +32,49 @@ pub fn replace_fd(src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> std::io::Result<(
         Ok(())
     }
 }
+
+/// One `copy_file_range(2)` of up to `len` bytes from `fin` at `off_in` to `fout` at
+/// `off_out` (the descriptors' own offsets are left alone); the bytes copied.
+pub fn copy_range(
+    fin: BorrowedFd<'_>,
+    off_in: u64,
+    fout: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+) -> std::io::Result<usize> {
+    let (mut i, mut o) = (off_in, off_out);
+    Ok(rustix::fs::copy_file_range(
+        fin,
+        Some(&mut i),
+        fout,
+        Some(&mut o),
+        len,
+    )?)
+}
+
+/// `syncfs(2)` on the filesystem holding `fd`.
+pub fn syncfs(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    Ok(rustix::fs::syncfs(fd)?)
+}
+
+/// `statx(2)` of what `fd` (any descriptor, `O_PATH` included) refers to, asking for the basic
+/// fields and the birth time.
+pub fn statx_fd(fd: BorrowedFd<'_>) -> std::io::Result<libc::statx> {
+    // SAFETY: statx is plain data; all-zero is a valid value for the kernel to overwrite.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty, NUL-terminated path with AT_EMPTY_PATH names `fd` itself; `sx` is a
+    // valid, writable statx.
+    let r = unsafe {
+        libc::statx(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+            &mut sx,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(sx)
+}

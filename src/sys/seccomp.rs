@@ -112,6 +112,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
     libc::SYS_fsync,
+    libc::SYS_syncfs,
     libc::SYS_fdatasync,
     libc::SYS_fadvise64,
     libc::SYS_copy_file_range,

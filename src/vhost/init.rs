@@ -64,6 +64,17 @@ pub fn capable(init: &InitIn, flags2: Option<u32>) -> FsOptions {
     FsOptions::from_bits_truncate(bits)
 }
 
+/// The newest protocol minor this daemon speaks: fuse-backend-rs 0.14's 7.33 plus what the
+/// daemon serves itself (SYNCFS 7.34, STATX 7.39; TMPFILE 7.37 answers ENOSYS, which the
+/// guest remembers). Nothing between changes the size of a request the `Server` parses.
+pub const MINOR: u32 = 39;
+
+/// The minor to reply to a guest speaking `guest`: never newer than the guest (it would
+/// assume what it does not know), never older than fuse-backend-rs's.
+pub fn reply_minor(guest: u32) -> u32 {
+    guest.clamp(KERNEL_MINOR_VERSION, MINOR)
+}
+
 /// Builds the INIT reply for a guest speaking FUSE 7.x (`init.major == KERNEL_VERSION`).
 /// `want` is what the filesystem asked for; transfer-size options are a transport concern, so
 /// `BIG_WRITES` and `MAX_PAGES` are enabled whenever the guest offers them.
@@ -99,7 +110,7 @@ pub fn build_reply(
     };
     let out = InitOut {
         major: KERNEL_VERSION,
-        minor: KERNEL_MINOR_VERSION,
+        minor: reply_minor(init.minor),
         max_readahead: init.max_readahead,
         flags: enabled.bits() as u32,
         max_background: u16::MAX,
@@ -200,7 +211,9 @@ mod tests {
         assert_eq!(out.max_write, 1020 * 4096);
         assert_eq!(n.max_write, 1020 * 4096);
         assert_eq!(out.major, 7);
-        assert_eq!(out.minor, KERNEL_MINOR_VERSION);
+        assert_eq!(out.minor, 38, "the guest's minor, which is newer than 7.33");
+        assert_eq!(reply_minor(41), MINOR);
+        assert_eq!(reply_minor(20), KERNEL_MINOR_VERSION);
         assert_eq!(out.time_gran, 1);
         assert_eq!(out.max_readahead, 131072);
         let flags = FsOptions::from_bits_truncate(u64::from(out.flags));

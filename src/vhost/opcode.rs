@@ -24,6 +24,12 @@ pub(crate) enum Own {
     Setlk,
     /// FUSE_INTERRUPT: wakes a blocked SETLKW.
     Interrupt,
+    /// FUSE_SYNCFS (7.34).
+    Syncfs,
+    /// FUSE_STATX (7.39).
+    Statx,
+    /// FUSE_COPY_FILE_RANGE.
+    CopyFileRange,
 }
 
 /// Who answers an opcode.
@@ -76,12 +82,12 @@ const ENTRY: usize = HDR + size_of::<EntryOut>();
 const OPEN: usize = HDR + size_of::<OpenOut>();
 
 /// Opcodes newer than fuse-backend-rs 0.14's `Opcode` enum.
-const SYNCFS: u32 = 50;
-const TMPFILE: u32 = 51;
-const STATX: u32 = 52;
+pub(crate) const SYNCFS: u32 = 50;
+pub(crate) const TMPFILE: u32 = 51;
+pub(crate) const STATX: u32 = 52;
 
 use Cost::{Blocking, Cheap, Costly, FromSize};
-use Own::{Getlk, Init, Interrupt, Read, Setlk, Write};
+use Own::{CopyFileRange, Getlk, Init, Interrupt, Read, Setlk, Statx, Syncfs, Write};
 use ServedBy::{Daemon, Library, Unsupported};
 
 const fn row(replies: bool, min_reply: usize, cost: Cost, served_by: ServedBy) -> OpInfo {
@@ -156,9 +162,13 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::NotifyReply as u32,
         row(false, 0, Cheap, Unsupported),
     ),
-    (SYNCFS, UNKNOWN),
+    (
+        Opcode::CopyFileRange as u32,
+        row(true, 0, Costly, Daemon(CopyFileRange)),
+    ),
+    (SYNCFS, row(true, 0, Costly, Daemon(Syncfs))),
     (TMPFILE, UNKNOWN),
-    (STATX, UNKNOWN),
+    (STATX, row(true, 0, Cheap, Daemon(Statx))),
 ];
 
 /// Table size: one past the largest opcode in [`ROWS`].
@@ -211,7 +221,17 @@ mod tests {
         assert!(!info(Opcode::Interrupt as u32).replies);
         assert!(!info(Opcode::NotifyReply as u32).replies);
         // Gaps, newer opcodes and garbage are unsupported but answered.
-        for op in [0, 7, 19, Opcode::Bmap as u32, STATX, 63, 64, 4096, u32::MAX] {
+        for op in [
+            0,
+            7,
+            19,
+            Opcode::Bmap as u32,
+            TMPFILE,
+            63,
+            64,
+            4096,
+            u32::MAX,
+        ] {
             assert_eq!(info(op), UNKNOWN, "opcode {op}");
         }
         assert!(info(Opcode::Read as u32).heavy(Some(HEAVY_READ)));

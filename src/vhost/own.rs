@@ -2,7 +2,9 @@
 //! decoded here, once, from the reader positioned after the header, and answered from the
 //! filesystem's [`OwnOps`](crate::fs::own::OwnOps) or the dispatcher's own state.
 
-use fuse_backend_rs::abi::fuse_abi::{InHeader, InterruptIn, LkIn, LkOut, LK_FLOCK};
+use fuse_backend_rs::abi::fuse_abi::{
+    CopyFileRangeIn, InHeader, InterruptIn, LkIn, LkOut, WriteOut, GETATTR_FH, LK_FLOCK,
+};
 use fuse_backend_rs::api::filesystem::Context;
 use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::ByteValued;
@@ -11,6 +13,7 @@ use super::dispatch::{Dispatcher, ServedFs};
 use super::io;
 use super::opcode::{Opcode, Own};
 use super::reply::{reply_io_error, reply_ok, RequestError};
+use crate::sys::abi::fuse::{StatxIn, StatxOut, SyncfsIn};
 
 impl<F: ServedFs> Dispatcher<F> {
     /// Serves `own` for the request `hdr` (`r` is past the header).
@@ -77,6 +80,48 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(&mut w, hdr.unique, &e),
                 }
             }
+            Own::Syncfs => {
+                let _: SyncfsIn = r.read_obj().map_err(RequestError::Decode)?;
+                match self.fs.syncfs(&ctx, hdr.nodeid) {
+                    Ok(()) => reply_ok(&mut w, hdr.unique, &[]),
+                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+                }
+            }
+            Own::Statx => {
+                let arg: StatxIn = r.read_obj().map_err(RequestError::Decode)?;
+                let fh = (arg.getattr_flags & GETATTR_FH != 0).then_some(arg.fh);
+                match self.fs.statx(&ctx, hdr.nodeid, fh) {
+                    Ok((st, valid, extra)) => {
+                        let out = statx_out(&st, valid, &extra);
+                        reply_ok(&mut w, hdr.unique, out.as_slice())
+                    }
+                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+                }
+            }
+            Own::CopyFileRange => {
+                let a: CopyFileRangeIn = r.read_obj().map_err(RequestError::Decode)?;
+                let res = self.fs.copy_file_range(
+                    &ctx,
+                    hdr.nodeid,
+                    a.fh_in,
+                    a.offset_in,
+                    a.nodeid_out,
+                    a.fh_out,
+                    a.offset_out,
+                    a.len,
+                    a.flags,
+                );
+                match res {
+                    Ok(n) => {
+                        let out = WriteOut {
+                            size: u32::try_from(n).unwrap_or(u32::MAX),
+                            padding: 0,
+                        };
+                        reply_ok(&mut w, hdr.unique, out.as_slice())
+                    }
+                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+                }
+            }
             Own::Interrupt => {
                 // No reply: the interrupted request answers (EINTR) if it was waiting.
                 let arg: InterruptIn = r.read_obj().map_err(RequestError::Decode)?;
@@ -84,5 +129,52 @@ impl<F: ServedFs> Dispatcher<F> {
                 Ok(0)
             }
         }
+    }
+}
+
+/// The STATX reply for attributes `st` (valid for `valid`) and `extra`.
+fn statx_out(
+    st: &fuse_backend_rs::abi::fuse_abi::stat64,
+    valid: std::time::Duration,
+    extra: &crate::fs::own::StatxExtra,
+) -> StatxOut {
+    use crate::sys::abi::fuse::{Statx, SxTime};
+    let t = |sec: i64, nsec: i64| SxTime {
+        tv_sec: sec,
+        tv_nsec: nsec as u32,
+        reserved: 0,
+    };
+    let mut mask = libc::STATX_BASIC_STATS;
+    let btime = match extra.btime {
+        Some((s, ns)) => {
+            mask |= libc::STATX_BTIME;
+            t(s, i64::from(ns))
+        }
+        None => SxTime::default(),
+    };
+    StatxOut {
+        attr_valid: valid.as_secs(),
+        attr_valid_nsec: valid.subsec_nanos(),
+        stat: Statx {
+            mask,
+            blksize: st.st_blksize as u32,
+            attributes: extra.attributes,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode as u16,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            attributes_mask: extra.attributes_mask,
+            atime: t(st.st_atime, st.st_atime_nsec),
+            btime,
+            ctime: t(st.st_ctime, st.st_ctime_nsec),
+            mtime: t(st.st_mtime, st.st_mtime_nsec),
+            rdev_major: libc::major(st.st_rdev),
+            rdev_minor: libc::minor(st.st_rdev),
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }

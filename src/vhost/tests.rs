@@ -182,7 +182,7 @@ fn init_reply_caps_max_pages_by_queue_size() {
     let mem = memory();
     let d = Dispatcher::new(FakeFs::default(), 1020);
     let out = init(&d, &mem, 1024);
-    assert_eq!((out.major, out.minor), (7, 33));
+    assert_eq!((out.major, out.minor), (7, 38));
     assert_eq!(out.max_pages, 1020);
     assert_eq!(out.max_write, 1020 * 4096);
     assert_eq!(out.max_readahead, 0x20000);
@@ -295,7 +295,7 @@ fn malformed_messages_get_errno_or_are_dropped() {
     assert_eq!(out_header(&reply).error, -libc::EINVAL);
     assert_eq!(out_header(&reply).unique, 21);
     // Opcodes in the gaps of fuse-backend-rs's enum, and unknown ones: ENOSYS.
-    for op in [7u32, 19, 50, 4096] {
+    for op in [7u32, 19, 51, 4096] {
         let mut h = header(Opcode::Lookup, 22, 0);
         h.opcode = op;
         let (_, reply) = serve(&d, &mem, h.as_slice(), 16, 1024);

@@ -233,3 +233,43 @@ pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<
         AtFlags::EACCESS,
     )?)
 }
+
+/// What STATX adds to GETATTR: the birth time and the file attribute flags (`STATX_ATTR_*`)
+/// of the copy the getattr policy picks, read with statx(2) on its descriptor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra {
+    /// Birth time (seconds, nanoseconds), when the host filesystem records it.
+    pub btime: Option<(i64, u32)>,
+    /// `stx_attributes`.
+    pub attributes: u64,
+    /// `stx_attributes_mask`.
+    pub attributes_mask: u64,
+}
+
+/// Attributes of `inode` as [`getattr`] gives them, plus [`Extra`].
+pub fn statx(
+    fs: &UnionFs,
+    inode: u64,
+    handle: Option<u64>,
+) -> io::Result<(stat64, Duration, Extra)> {
+    let (st, timeout) = getattr(fs, inode, handle)?;
+    let handle_fd = handle.and_then(|fh| fs.handles.file(fh, inode).ok());
+    let sx = match &handle_fd {
+        Some(h) => crate::sys::file::statx_fd(h.as_file()?.fd.as_fd())?,
+        None => {
+            let f = fs.search_node(Func::Getattr, inode)?;
+            crate::sys::file::statx_fd(f.fd.as_fd())?
+        }
+    };
+    let btime = (sx.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec));
+    Ok((
+        st,
+        timeout,
+        Extra {
+            btime,
+            attributes: sx.stx_attributes,
+            attributes_mask: sx.stx_attributes_mask,
+        },
+    ))
+}

@@ -2,6 +2,7 @@
 //! already-decoded arguments, and returns an errno-only `io::Error` on failure.
 
 pub mod attr;
+pub mod copy;
 pub mod create;
 pub mod io;
 pub mod link;
@@ -12,4 +13,5 @@ pub mod readdir;
 pub mod remove;
 pub mod rename;
 pub mod statfs;
+pub mod sync;
 pub mod xattr;
