@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Packs host programs the guest's busybox lacks into an uncompressed cpio archive that tests
 # append to the initramfs (tests/support/guest.rs, Guest::extra_initrd): util-linux's flock,
-# coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs), stat (statx) and xfs_io
-# (statx, chattr/lsattr flags), with the shared libraries they load. In the guest they are
-# under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
+# coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs) and stat (statx), xfs_io
+# (statx) and e2fsprogs' chattr and lsattr (inode flags), with the shared libraries they
+# load. In the guest they are under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 out="$UVFS_GUEST_CACHE/tools.cpio"
-progs=(/usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io)
+progs=(/usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
 for p in "${progs[@]}"; do
     [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"
 done

@@ -23,6 +23,7 @@ declare -A probe=(
     [python3]=/usr/bin/python3
     [uidmap]=/usr/bin/newuidmap
     [xfsprogs]=/usr/sbin/xfs_io
+    [e2fsprogs]=/usr/bin/lsattr
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

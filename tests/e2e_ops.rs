@@ -1,7 +1,8 @@
 //! The opcodes the daemon serves itself, sent by a real guest kernel through real tools
 //! (coreutils and xfs_io in the guest, scripts/build-tools-initrd.sh): `sync -f` (SYNCFS),
 //! `stat` and `xfs_io statx` asking for the birth time (STATX), `cp` (COPY_FILE_RANGE, across
-//! two tmpfs branches), and the daemon's log shows each opcode served without an error.
+//! two tmpfs branches), `chattr`/`lsattr` (IOCTL), `xfs_io -T` then `flink` (TMPFILE, then
+//! LINK of the unnamed node), and the daemon's log shows each opcode served without an error.
 
 #[path = "support/guest.rs"]
 mod guest;
@@ -11,22 +12,19 @@ mod tmpfs;
 use guest::{Backend, Guest, Mode};
 use tmpfs::Tmpfs;
 
-/// Whether the daemon's debug log shows a request with `opcode` and no error reply for it.
+/// Whether the daemon's debug log shows a request with `opcode` answered without an error.
 fn served(log: &str, opcode: u32) -> bool {
-    let uniques: Vec<&str> = log
-        .lines()
+    log.lines()
         .filter(|l| l.contains(&format!(" opcode={opcode} ")))
         .filter_map(|l| l.split("unique=").nth(1)?.split(' ').next())
-        .collect();
-    !uniques.is_empty()
-        && !log.lines().any(|l| {
-            l.contains("replying errno")
-                && uniques.iter().any(|u| l.contains(&format!("unique={u} ")))
+        .any(|u| {
+            !log.lines()
+                .any(|l| l.contains("replying errno") && l.contains(&format!("unique={u} ")))
         })
 }
 
 #[test]
-fn syncfs_statx_and_copy_file_range_from_guest_tools() {
+fn guest_tools_reach_the_opcodes_the_daemon_serves_itself() {
     let (rw, ro) = (Tmpfs::new("32M"), Tmpfs::new("32M"));
     let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(ro.path().join("big"), &data).unwrap();
@@ -50,6 +48,11 @@ $T/cp --reflink=auto big copy
 expect_eq "$(md5sum < copy)" "$(md5sum < big)" "copy of the file from the read-only branch"
 $T/cp --reflink=auto f f2
 expect_eq "$(cat f2)" data "copy within a branch"
+$T/chattr +d f2
+section FLAGS $T/lsattr f2
+expect_err "Operation not permitted" "$T/chattr +i f2"
+$T/xfs_io -T -c 'pwrite -q 0 4096' -c 'flink /mnt/from-tmpfile' /mnt
+expect_eq "$(stat -c %s from-tmpfile)" 4096 "an O_TMPFILE file, linked"
 "#,
     );
     run.assert_success();
@@ -74,4 +77,15 @@ expect_eq "$(cat f2)" data "copy within a branch"
     );
     assert_eq!(std::fs::read(rw.path().join("copy")).unwrap(), data);
     assert_eq!(std::fs::read(ro.path().join("big")).unwrap(), data);
+    // chattr +d reached the host file; +i needs CAP_LINUX_IMMUTABLE, which the daemon drops.
+    let flags = run.section("FLAGS").unwrap();
+    assert!(flags[0].starts_with("------d"), "{}", run.transcript());
+    let host = std::process::Command::new("lsattr")
+        .arg(rw.path().join("f2"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&host.stdout).starts_with("------d"));
+    assert!(served(log, 39), "IOCTL:\n{}", run.transcript());
+    assert!(served(log, 51), "TMPFILE:\n{}", run.transcript());
+    assert_eq!(std::fs::metadata(rw.path().join("from-tmpfile")).unwrap().len(), 4096);
 }

@@ -260,11 +260,32 @@ fn rename_variants() {
     let deep = f.fs.lookup(&ctx(), only_a.inode, &c("deep")).unwrap();
     assert_eq!(read_file(&f.fs, deep.inode).unwrap(), b"d");
     assert!(f.a.path().join("renamed_a/deep").is_file());
-    let bad = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
-    assert_eq!(
-        errno_of(f.fs.rename(&ctx(), ROOT_ID, &c("z"), ROOT_ID, &c("q"), bad)),
-        libc::EINVAL
-    );
+    for bad in [
+        libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE,
+        libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE,
+    ] {
+        assert_eq!(
+            errno_of(f.fs.rename(&ctx(), ROOT_ID, &c("z"), ROOT_ID, &c("q"), bad)),
+            libc::EINVAL
+        );
+    }
+    // RENAME_WHITEOUT, as a guest overlayfs with its upper layer on the share sends it: the
+    // file moves and its old name becomes an overlayfs whiteout (a 0/0 character device).
+    create_file(&f.fs, ROOT_ID, "w", b"w").unwrap();
+    f.fs.rename(
+        &ctx(),
+        ROOT_ID,
+        &c("w"),
+        ROOT_ID,
+        &c("w2"),
+        libc::RENAME_WHITEOUT,
+    )
+    .unwrap();
+    let wh = fs::symlink_metadata(f.a.path().join("w")).unwrap();
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    assert!(wh.file_type().is_char_device());
+    assert_eq!(wh.rdev(), 0);
+    assert_eq!(fs::read(f.a.path().join("w2")).unwrap(), b"w");
 }
 
 #[test]

@@ -176,3 +176,64 @@ fn copy_file_range_within_and_across_branch_filesystems() {
     // The read-only branch is untouched.
     assert_eq!(std::fs::read(ro.path().join("src")).unwrap(), data);
 }
+
+const TMPFILE: u32 = 51;
+
+#[test]
+fn tmpfile_then_link_names_it() {
+    use vufs_frontend::fuse_abi::{CreateIn, EntryOut, LinkIn, OpenOut};
+    let d = Daemon::start(&["a"], &[]);
+    let mut dev = d.session();
+    let a = CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: 0o640,
+        umask: 0,
+        fuse_flags: 0,
+    };
+    let mut args = a.as_slice().to_vec();
+    args.extend_from_slice(b"/\0");
+    let req = FuseRequest::new(
+        TMPFILE,
+        ops::ROOT_ID,
+        args,
+        size_of::<EntryOut>() + size_of::<OpenOut>(),
+    );
+    let reply = dev.send(&req).unwrap();
+    let e: EntryOut = reply.parse().unwrap();
+    let o = OpenOut::from_slice(&reply.payload().unwrap()[size_of::<EntryOut>()..])
+        .copied()
+        .unwrap();
+    assert_eq!(e.attr.nlink, 0, "unnamed");
+    assert_eq!(e.attr.mode & 0o7777, 0o640);
+    // Nothing in the branch yet; written through its handle.
+    assert_eq!(std::fs::read_dir(&d.branches[0]).unwrap().count(), 0);
+    dev.write(e.nodeid, o.fh, 0, b"made unnamed").unwrap();
+    // linkat(fd, "", dir, "named", AT_EMPTY_PATH) in the guest is a LINK of its node.
+    let l = LinkIn {
+        oldnodeid: e.nodeid,
+    };
+    let mut args = l.as_slice().to_vec();
+    args.extend_from_slice(b"named\0");
+    let req = FuseRequest::new(
+        Opcode::Link as u32,
+        ops::ROOT_ID,
+        args,
+        size_of::<EntryOut>(),
+    );
+    let linked: EntryOut = dev.send(&req).unwrap().parse().unwrap();
+    assert_eq!(linked.nodeid, e.nodeid, "the same node, now named");
+    assert_eq!(linked.attr.nlink, 1);
+    assert_eq!(
+        std::fs::read(d.branches[0].join("named")).unwrap(),
+        b"made unnamed"
+    );
+    // A read-only TMPFILE is refused, as O_TMPFILE without write access is.
+    let ro = CreateIn {
+        flags: libc::O_RDONLY as u32,
+        ..a
+    };
+    let mut args = ro.as_slice().to_vec();
+    args.extend_from_slice(b"/\0");
+    let req = FuseRequest::new(TMPFILE, ops::ROOT_ID, args, 256);
+    assert_eq!(dev.send(&req).unwrap().errno(), Some(libc::EINVAL));
+}

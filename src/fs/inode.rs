@@ -286,6 +286,31 @@ impl InodeTable {
         Ok(id)
     }
 
+    /// A node for an object that has no name yet (O_TMPFILE), with one guest lookup; ENFILE
+    /// when that would make more than `max_nodes`. A later LINK names it.
+    pub fn insert_unnamed(&self, found: Bind, max_nodes: usize) -> io::Result<u64> {
+        let mut inner = self.inner.write().unwrap();
+        if inner.nodes.len() >= max_nodes {
+            return Err(err(libc::ENFILE));
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        inner.nodes.insert(
+            id,
+            Node {
+                names: Vec::new(),
+                lookups: 1,
+                children: 0,
+                key: Some(found.key),
+                is_dir: found.is_dir,
+                stamp: None,
+                bound: Some((found.branch, found.fd)),
+            },
+        );
+        inner.by_key.insert(found.key, id);
+        Ok(id)
+    }
+
     /// Drops `count` guest references to `id`; frees it (and parents that become unused).
     /// Unknown ids and over-large counts are ignored: the guest cannot make the table negative.
     pub fn forget(&self, id: u64, count: u64) {

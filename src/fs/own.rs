@@ -7,8 +7,8 @@
 use std::io;
 use std::time::Duration;
 
-use fuse_backend_rs::abi::fuse_abi::{stat64, FileLock};
-use fuse_backend_rs::api::filesystem::Context;
+use fuse_backend_rs::abi::fuse_abi::{stat64, CreateIn, FileLock, OpenOptions};
+use fuse_backend_rs::api::filesystem::{Context, Entry};
 
 pub use super::ops::attr::Extra as StatxExtra;
 
@@ -63,6 +63,31 @@ pub trait OwnOps {
         fh: Option<u64>,
     ) -> io::Result<(stat64, Duration, StatxExtra)> {
         let _ = (ctx, inode, fh);
+        enosys()
+    }
+
+    /// IOCTL `cmd` on open file `fh` with `input`: the `out_size` bytes to return.
+    fn inode_ioctl(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        fh: u64,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> io::Result<Vec<u8>> {
+        let _ = (ctx, inode, fh, cmd, input, out_size);
+        Err(io::Error::from_raw_os_error(libc::ENOTTY))
+    }
+
+    /// TMPFILE: an unnamed file in `parent`, opened (as CREATE answers).
+    fn tmpfile(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions)> {
+        let _ = (ctx, parent, args);
         enosys()
     }
 
@@ -149,5 +174,28 @@ impl OwnOps for super::UnionFs {
         super::ops::copy::copy_file_range(
             self, inode_in, fh_in, off_in, inode_out, fh_out, off_out, len, flags,
         )
+    }
+
+    fn inode_ioctl(
+        &self,
+        _ctx: &Context,
+        inode: u64,
+        fh: u64,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> io::Result<Vec<u8>> {
+        super::ops::ioctl::ioctl(self, inode, fh, cmd, input, out_size)
+    }
+
+    fn tmpfile(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions)> {
+        let ctx = &self.host_ctx(ctx)?;
+        super::ops::create::tmpfile(self, ctx, parent, args)
+            .map(|(e, h, o)| (self.guest_entry(e), h, o))
     }
 }

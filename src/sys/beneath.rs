@@ -80,6 +80,21 @@ pub fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(proc_path(fd), flags, Mode::empty())?)
 }
 
+/// An unnamed regular file (`O_TMPFILE`) in directory `dir`, opened with `flags`.
+pub fn open_tmpfile(dir: BorrowedFd<'_>, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::TMPFILE | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(dir, c".", flags, mode)?)
+}
+
+/// An `O_PATH` descriptor of what open descriptor `fd` refers to (for a node to keep).
+pub fn reopen_path(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        proc_path(fd),
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
 /// `fstat` on any descriptor, `O_PATH` included.
 pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat64> {
     Ok(rustix::fs::fstat(fd)?)

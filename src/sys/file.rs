@@ -78,3 +78,45 @@ pub fn statx_fd(fd: BorrowedFd<'_>) -> std::io::Result<libc::statx> {
     }
     Ok(sx)
 }
+
+/// The inode flag and fsxattr ioctls the daemon passes through (`linux/fs.h`).
+pub mod ioc {
+    /// `FS_IOC_GETFLAGS` (`long` argument; the kernel reads and writes an int).
+    pub const GETFLAGS: u32 = 0x8008_6601;
+    /// `FS_IOC_SETFLAGS`.
+    pub const SETFLAGS: u32 = 0x4008_6602;
+    /// `FS_IOC32_GETFLAGS`.
+    pub const GETFLAGS32: u32 = 0x8004_6601;
+    /// `FS_IOC32_SETFLAGS`.
+    pub const SETFLAGS32: u32 = 0x4004_6602;
+    /// `FS_IOC_FSGETXATTR` (`struct fsxattr`, 28 bytes).
+    pub const FSGETXATTR: u32 = 0x801c_581f;
+    /// `FS_IOC_FSSETXATTR`.
+    pub const FSSETXATTR: u32 = 0x401c_5820;
+}
+
+/// Runs one of the [`ioc`] ioctls on `fd` with `arg` as its in/out argument (at least as
+/// large as the ioctl's size); any other command is ENOTTY.
+pub fn inode_ioctl(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> std::io::Result<()> {
+    let need = match cmd {
+        ioc::GETFLAGS | ioc::SETFLAGS | ioc::GETFLAGS32 | ioc::SETFLAGS32 => 4,
+        ioc::FSGETXATTR | ioc::FSSETXATTR => 28,
+        _ => return Err(std::io::Error::from_raw_os_error(libc::ENOTTY)),
+    };
+    if arg.len() < need {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: `cmd` is one of the ioctls above, whose argument is a pointer to at most `need`
+    // bytes, and `arg` is a writable buffer of at least that many.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            cmd as libc::Ioctl,
+            arg.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -30,6 +30,10 @@ pub(crate) enum Own {
     Statx,
     /// FUSE_COPY_FILE_RANGE.
     CopyFileRange,
+    /// FUSE_IOCTL (inode flags and fsxattr only).
+    Ioctl,
+    /// FUSE_TMPFILE (7.37).
+    Tmpfile,
 }
 
 /// Who answers an opcode.
@@ -87,7 +91,9 @@ pub(crate) const TMPFILE: u32 = 51;
 pub(crate) const STATX: u32 = 52;
 
 use Cost::{Blocking, Cheap, Costly, FromSize};
-use Own::{CopyFileRange, Getlk, Init, Interrupt, Read, Setlk, Statx, Syncfs, Write};
+use Own::{
+    CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Statx, Syncfs, Tmpfile, Write,
+};
 use ServedBy::{Daemon, Library, Unsupported};
 
 const fn row(replies: bool, min_reply: usize, cost: Cost, served_by: ServedBy) -> OpInfo {
@@ -166,8 +172,12 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::CopyFileRange as u32,
         row(true, 0, Costly, Daemon(CopyFileRange)),
     ),
+    (Opcode::Ioctl as u32, row(true, 0, Costly, Daemon(Ioctl))),
     (SYNCFS, row(true, 0, Costly, Daemon(Syncfs))),
-    (TMPFILE, UNKNOWN),
+    (
+        TMPFILE,
+        row(true, ENTRY + size_of::<OpenOut>(), Costly, Daemon(Tmpfile)),
+    ),
     (STATX, row(true, 0, Cheap, Daemon(Statx))),
 ];
 

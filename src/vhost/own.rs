@@ -3,7 +3,8 @@
 //! filesystem's [`OwnOps`](crate::fs::own::OwnOps) or the dispatcher's own state.
 
 use fuse_backend_rs::abi::fuse_abi::{
-    CopyFileRangeIn, InHeader, InterruptIn, LkIn, LkOut, WriteOut, GETATTR_FH, LK_FLOCK,
+    CopyFileRangeIn, CreateIn, EntryOut, InHeader, InterruptIn, IoctlIn, IoctlOut, LkIn, LkOut,
+    OpenOut, WriteOut, GETATTR_FH, LK_FLOCK,
 };
 use fuse_backend_rs::api::filesystem::Context;
 use fuse_backend_rs::transport::{Reader, Writer};
@@ -118,6 +119,64 @@ impl<F: ServedFs> Dispatcher<F> {
                             padding: 0,
                         };
                         reply_ok(&mut w, hdr.unique, out.as_slice())
+                    }
+                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+                }
+            }
+            Own::Ioctl => {
+                let a: IoctlIn = r.read_obj().map_err(RequestError::Decode)?;
+                // Only restricted ioctls on files: the guest kernel sized the argument from
+                // the command; unrestricted ones (a pointer chase) and directories are refused.
+                const UNRESTRICTED: u32 = 2;
+                const DIR: u32 = 16;
+                if a.flags & (UNRESTRICTED | DIR) != 0 || a.in_size > 4096 || a.out_size > 4096 {
+                    return reply_io_error(
+                        &mut w,
+                        hdr.unique,
+                        &std::io::Error::from_raw_os_error(libc::ENOTTY),
+                    );
+                }
+                let mut input = [0u8; 4096];
+                let input = &mut input[..a.in_size as usize];
+                std::io::Read::read_exact(&mut r, input).map_err(RequestError::Decode)?;
+                match self
+                    .fs
+                    .inode_ioctl(&ctx, hdr.nodeid, a.fh, a.cmd, input, a.out_size)
+                {
+                    Ok(out) => {
+                        let head = IoctlOut {
+                            result: 0,
+                            ..Default::default()
+                        };
+                        let mut bytes = head.as_slice().to_vec();
+                        bytes.extend_from_slice(&out);
+                        reply_ok(&mut w, hdr.unique, &bytes)
+                    }
+                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+                }
+            }
+            Own::Tmpfile => {
+                // fuse_create_in, then a name the kernel sends but that means nothing here.
+                let args: CreateIn = r.read_obj().map_err(RequestError::Decode)?;
+                match self.fs.tmpfile(&ctx, hdr.nodeid, args) {
+                    Ok((e, fh, opts)) => {
+                        let entry = EntryOut {
+                            nodeid: e.inode,
+                            generation: e.generation,
+                            entry_valid: e.entry_timeout.as_secs(),
+                            attr_valid: e.attr_timeout.as_secs(),
+                            entry_valid_nsec: e.entry_timeout.subsec_nanos(),
+                            attr_valid_nsec: e.attr_timeout.subsec_nanos(),
+                            attr: e.attr.into(),
+                        };
+                        let open = OpenOut {
+                            fh: fh.unwrap_or(0),
+                            open_flags: opts.bits(),
+                            ..Default::default()
+                        };
+                        let mut bytes = entry.as_slice().to_vec();
+                        bytes.extend_from_slice(open.as_slice());
+                        reply_ok(&mut w, hdr.unique, &bytes)
                     }
                     Err(e) => reply_io_error(&mut w, hdr.unique, &e),
                 }

@@ -178,3 +178,61 @@ pub fn create(
     }))?;
     Ok((entry, Some(fh), opts, None))
 }
+
+/// TMPFILE: an unnamed regular file (O_TMPFILE) in `parent`'s directory on the branch the
+/// create policy picks, made as the caller and opened; LINK may name it later.
+pub fn tmpfile(
+    fs: &UnionFs,
+    ctx: &Context,
+    parent: u64,
+    args: CreateIn,
+) -> io::Result<(Entry, Option<u64>, OpenOptions)> {
+    let flags = guest_open_flags(args.flags, fs.cfg.opts.preserve_noatime);
+    if flags & OFlags::RWMODE == OFlags::RDONLY {
+        return Err(errno(libc::EINVAL));
+    }
+    let parent_rel = fs.inodes.path(parent)?;
+    let dir = fs.create_targets(Func::Create, &parent_rel)?.swap_remove(0);
+    fs.check_handle_room()?;
+    let fd = {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
+        beneath::open_tmpfile(
+            dir.fd.as_fd(),
+            flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::TRUNC),
+            Mode::from_raw_mode(args.mode & 0o7777),
+        )?
+    };
+    let st = beneath::stat_fd(fd.as_fd())?;
+    let node_fd = beneath::reopen_path(fd.as_fd())?;
+    let inode = fs.inodes.insert_unnamed(
+        crate::fs::inode::Bind {
+            branch: dir.branch,
+            fd: std::sync::Arc::new(node_fd),
+            key: (st.st_dev, st.st_ino),
+            is_dir: false,
+        },
+        fs.node_room(),
+    )?;
+    let entry = Entry {
+        inode,
+        generation: 0,
+        attr: fs.union_attr(st, b""),
+        attr_flags: 0,
+        attr_timeout: fs.cfg.opts.cache_attr,
+        entry_timeout: fs.cfg.opts.cache_entry,
+    };
+    let opts = crate::fs::ops::open::open_options(fs, inode, &st);
+    let fh = fs.new_handle(Handle::File(FileHandle {
+        fd,
+        inode,
+        branch: dir.branch.into(),
+        flags,
+    }));
+    match fh {
+        Ok(fh) => Ok((entry, Some(fh), opts)),
+        Err(e) => {
+            fs.inodes.forget(inode, 1);
+            Err(e)
+        }
+    }
+}

@@ -26,7 +26,13 @@ pub fn link(
     newname: &CStr,
 ) -> io::Result<Entry> {
     check_name(newname)?;
-    let old_rel = fs.inodes.path(inode)?;
+    let old_rel = match fs.inodes.path(inode) {
+        // No name: an O_TMPFILE file (or an open-unlinked one, which the host refuses).
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            return link_unnamed(fs, ctx, inode, newparent, newname)
+        }
+        r => r?,
+    };
     if old_rel.as_bytes() == b"." {
         return Err(errno(libc::EPERM));
     }
@@ -153,4 +159,41 @@ mod tests {
         assert_eq!(relative(b"a/f", b"b/c"), b"../../a/f");
         assert_eq!(relative(b"a/b/f", b"a/c"), b"../b/f");
     }
+}
+
+/// Names an unnamed node (O_TMPFILE) `newparent/newname` on its own branch, through its
+/// descriptor; EXDEV when that branch lacks the new parent.
+fn link_unnamed(
+    fs: &UnionFs,
+    ctx: &Context,
+    inode: u64,
+    newparent: u64,
+    newname: &CStr,
+) -> io::Result<Entry> {
+    let (branch, fd) = fs.inodes.bound(inode).ok_or_else(|| errno(libc::ENOENT))?;
+    let new_rel = fs.inodes.child_path(newparent, newname)?;
+    if fs.exists_anywhere(&new_rel) {
+        return Err(errno(libc::EEXIST));
+    }
+    let new_parent = fs.inodes.path(newparent)?;
+    if fs.modes[branch] == crate::union::BranchMode::RO {
+        return Err(errno(libc::EROFS));
+    }
+    let nd = fs
+        .dir_on(branch, &new_parent)
+        .map_err(|_| errno(libc::EXDEV))?;
+    {
+        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            crate::sys::beneath::proc_path(std::os::fd::AsFd::as_fd(&*fd)),
+            &nd,
+            newname,
+            AtFlags::SYMLINK_FOLLOW,
+        )?;
+    }
+    let f = fs
+        .find_on(branch, &new_rel)
+        .ok_or_else(|| errno(libc::ENOENT))?;
+    fs.entry_for(newparent, newname, &new_rel, &f)
 }

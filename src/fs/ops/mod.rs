@@ -5,6 +5,7 @@ pub mod attr;
 pub mod copy;
 pub mod create;
 pub mod io;
+pub mod ioctl;
 pub mod link;
 pub mod lock;
 pub mod lookup;

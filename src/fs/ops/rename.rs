@@ -3,8 +3,8 @@
 //! copy, other branches lose stale copies of the destination, and if no branch succeeded the
 //! answer is EXDEV. Otherwise the destination's parent is cloned where missing and the rename
 //! retried. On EXDEV, `rename-exdev` may instead park the source in `.mergerfs_rename_exdev`
-//! and leave a symlink at the destination. RENAME_NOREPLACE and RENAME_EXCHANGE (which mergerfs
-//! does not offer) are done per branch. Unlike mergerfs, RO branches are never cleaned up.
+//! and leave a symlink at the destination. RENAME_NOREPLACE, RENAME_EXCHANGE and
+//! RENAME_WHITEOUT (which mergerfs does not offer) are done per branch. Unlike mergerfs, RO branches are never cleaned up.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -43,8 +43,9 @@ pub fn rename(
     check_name(oldname)?;
     check_name(newname)?;
     let flags = RenameFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
-    if flags.contains(RenameFlags::WHITEOUT)
-        || flags.contains(RenameFlags::NOREPLACE | RenameFlags::EXCHANGE)
+    // As renameat2(2): EXCHANGE goes with neither NOREPLACE nor WHITEOUT.
+    if flags.contains(RenameFlags::EXCHANGE)
+        && flags.intersects(RenameFlags::NOREPLACE | RenameFlags::WHITEOUT)
     {
         return Err(errno(libc::EINVAL));
     }
@@ -275,8 +276,11 @@ fn unpark(fs: &UnionFs, n: &Names, branches: &[usize]) {
     }
 }
 
-/// RENAME_NOREPLACE / RENAME_EXCHANGE: renameat2 on every branch holding the source; a branch
-/// lacking the destination directory answers EXDEV. NOREPLACE sees names on every branch.
+/// RENAME_NOREPLACE / RENAME_EXCHANGE / RENAME_WHITEOUT: renameat2 on every branch holding the
+/// source; a branch lacking the destination directory answers EXDEV. NOREPLACE sees names on
+/// every branch. WHITEOUT leaves an overlayfs whiteout (a 0/0 character device, made by the
+/// host kernel) at the old name on each of those branches, as a guest's overlayfs with its
+/// upper layer on this share expects.
 fn rename_flagged(fs: &UnionFs, n: &Names, flags: RenameFlags) -> io::Result<()> {
     if flags.contains(RenameFlags::NOREPLACE) && fs.exists_anywhere(&n.new_rel) {
         return Err(errno(libc::EEXIST));
