@@ -148,19 +148,6 @@ pub(crate) fn relative(target: &[u8], from: &[u8]) -> Vec<u8> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::relative;
-
-    #[test]
-    fn relative_paths() {
-        assert_eq!(relative(b"a/f", b"."), b"a/f");
-        assert_eq!(relative(b"a/f", b"a"), b"f");
-        assert_eq!(relative(b"a/f", b"b/c"), b"../../a/f");
-        assert_eq!(relative(b"a/b/f", b"a/c"), b"../b/f");
-    }
-}
-
 /// Names an unnamed node (O_TMPFILE) `newparent/newname` on its own branch, through its
 /// descriptor; EXDEV when that branch lacks the new parent.
 fn link_unnamed(
@@ -196,4 +183,17 @@ fn link_unnamed(
         .find_on(branch, &new_rel)
         .ok_or_else(|| errno(libc::ENOENT))?;
     fs.entry_for(newparent, newname, &new_rel, &f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative;
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(relative(b"a/f", b"."), b"a/f");
+        assert_eq!(relative(b"a/f", b"a"), b"f");
+        assert_eq!(relative(b"a/f", b"b/c"), b"../../a/f");
+        assert_eq!(relative(b"a/b/f", b"a/c"), b"../b/f");
+    }
 }
