@@ -236,7 +236,7 @@ mod tests {
             7,
             19,
             Opcode::Bmap as u32,
-            TMPFILE,
+            53,
             63,
             64,
             4096,
@@ -244,6 +244,9 @@ mod tests {
         ] {
             assert_eq!(info(op), UNKNOWN, "opcode {op}");
         }
+        assert_eq!(info(TMPFILE).served_by, Daemon(Tmpfile));
+        assert_eq!(info(STATX).served_by, Daemon(Statx));
+        assert_eq!(info(SYNCFS).served_by, Daemon(Syncfs));
         assert!(info(Opcode::Read as u32).heavy(Some(HEAVY_READ)));
         assert!(!info(Opcode::Read as u32).heavy(Some(4096)));
         assert!(!info(Opcode::Write as u32).heavy(None));

@@ -295,7 +295,7 @@ fn malformed_messages_get_errno_or_are_dropped() {
     assert_eq!(out_header(&reply).error, -libc::EINVAL);
     assert_eq!(out_header(&reply).unique, 21);
     // Opcodes in the gaps of fuse-backend-rs's enum, and unknown ones: ENOSYS.
-    for op in [7u32, 19, 51, 4096] {
+    for op in [7u32, 19, 53, 4096] {
         let mut h = header(Opcode::Lookup, 22, 0);
         h.opcode = op;
         let (_, reply) = serve(&d, &mem, h.as_slice(), 16, 1024);
