@@ -3,18 +3,22 @@
 # append to the initramfs (tests/support/guest.rs, Guest::extra_initrd): util-linux's flock,
 # coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs) and stat (statx), xfs_io
 # (statx) and e2fsprogs' chattr and lsattr (inode flags), with the shared libraries they
-# load. In the guest they are under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
+# load, and the project's examples/guest_lock (fcntl record locks). In the guest they are
+# under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 out="$UVFS_GUEST_CACHE/tools.cpio"
-progs=(/usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
+# fcntl record locks: the project's examples/guest_lock.rs.
+cargo build --quiet --example guest_lock --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
+lockbin="$UVFS_ROOT/target/debug/examples/guest_lock"
+progs=("$lockbin" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
 for p in "${progs[@]}"; do
     [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"
 done
-if [ -s "$out" ] && [ "$out" -nt "$0" ]; then
+if [ -s "$out" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$lockbin" ]; then
     log "cached: $out"
     echo "$out"
     exit 0

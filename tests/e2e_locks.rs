@@ -1,7 +1,8 @@
-//! Host-side locks seen from real guests (QEMU, Debian kernel, util-linux's flock(1)): two
-//! guests, each with its own daemon over the same branch, see each other's flock locks (a
-//! non-blocking attempt fails while the other holds it, a waiting one succeeds once it lets
-//! go), and a guest and a host process see each other's locks in both directions. The parties
+//! Host-side locks seen from real guests (QEMU, Debian kernel, util-linux's flock(1) and the
+//! project's fcntl tool examples/guest_lock.rs): two guests, each with its own daemon over the
+//! same branch, see each other's flock and fcntl record locks (a non-blocking attempt fails
+//! while the other holds it, F_GETLK reports it, a waiting one succeeds once it lets go), and a
+//! guest and a host process see each other's locks in both directions. The parties
 //! wait for each other through files in the share, always with a deadline.
 
 #[path = "support/guest.rs"]
@@ -145,4 +146,75 @@ echo "guest lock released: $?"
         "{}",
         run.transcript()
     );
+}
+
+#[test]
+fn fcntl_record_locks_across_two_guests_and_the_host() {
+    let t = Tmpfs::new("16M");
+    let path = t.path().join("f");
+    std::fs::write(&path, "shared\n").unwrap();
+    let holder = format!(
+        r#"{WAIT_FOR}
+guest_lock f hold a-holds
+echo "holder done: $?"
+"#
+    );
+    let other = format!(
+        r#"{WAIT_FOR}
+wait_for a-holds
+if guest_lock f try; then fail "got the record lock the other guest holds"; fi
+expect_eq "$(guest_lock f test)" locked "F_GETLK sees the other guest's lock"
+touch a-holds.done
+guest_lock f wait
+echo "waited and got it"
+"#
+    );
+    let (ba, bb) = (backend(t.path()), backend(t.path()));
+    let (ga, gb) = (guest(), guest());
+    let runs = guest::run_together(&[(&ba, &ga, &holder), (&bb, &gb, &other)]);
+    for r in &runs {
+        r.assert_success();
+    }
+    assert!(
+        runs[0].console.contains("holder done: 0"),
+        "{}",
+        runs[0].transcript()
+    );
+    assert!(
+        runs[1].console.contains("waited and got it"),
+        "{}",
+        runs[1].transcript()
+    );
+
+    // A host process's classic POSIX lock stops the guest; once released, the guest gets it.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: a zeroed flock is valid; then a write lock on the whole file.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    // SAFETY: a valid descriptor and flock.
+    assert_eq!(
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) },
+        0
+    );
+    let root = t.path().to_owned();
+    let releaser = std::thread::spawn(move || {
+        wait_for(&root.join("guest-tried"));
+        drop(file); // closing releases this process's POSIX locks on the file
+    });
+    let scenario = format!(
+        r#"{WAIT_FOR}
+if guest_lock f try; then fail "got the record lock the host holds"; fi
+touch guest-tried
+guest_lock f wait
+echo "host lock released, guest got it"
+"#
+    );
+    let run = guest::run_scenario(&backend(t.path()), &guest(), &scenario);
+    run.assert_success();
+    releaser.join().unwrap();
+    assert!(run.console.contains("guest got it"), "{}", run.transcript());
 }

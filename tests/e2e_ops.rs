@@ -87,5 +87,10 @@ expect_eq "$(stat -c %s from-tmpfile)" 4096 "an O_TMPFILE file, linked"
     assert!(String::from_utf8_lossy(&host.stdout).starts_with("------d"));
     assert!(served(log, 39), "IOCTL:\n{}", run.transcript());
     assert!(served(log, 51), "TMPFILE:\n{}", run.transcript());
-    assert_eq!(std::fs::metadata(rw.path().join("from-tmpfile")).unwrap().len(), 4096);
+    assert_eq!(
+        std::fs::metadata(rw.path().join("from-tmpfile"))
+            .unwrap()
+            .len(),
+        4096
+    );
 }

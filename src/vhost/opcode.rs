@@ -231,17 +231,7 @@ mod tests {
         assert!(!info(Opcode::Interrupt as u32).replies);
         assert!(!info(Opcode::NotifyReply as u32).replies);
         // Gaps, newer opcodes and garbage are unsupported but answered.
-        for op in [
-            0,
-            7,
-            19,
-            Opcode::Bmap as u32,
-            53,
-            63,
-            64,
-            4096,
-            u32::MAX,
-        ] {
+        for op in [0, 7, 19, Opcode::Bmap as u32, 53, 63, 64, 4096, u32::MAX] {
             assert_eq!(info(op), UNKNOWN, "opcode {op}");
         }
         assert_eq!(info(TMPFILE).served_by, Daemon(Tmpfile));
