@@ -196,10 +196,8 @@ echo "waited and got it"
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = libc::F_WRLCK as libc::c_short;
     // SAFETY: a valid descriptor and flock.
-    assert_eq!(
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) },
-        0
-    );
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    assert_eq!(r, 0);
     let root = t.path().to_owned();
     let releaser = std::thread::spawn(move || {
         wait_for(&root.join("guest-tried"));
