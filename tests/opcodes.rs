@@ -237,3 +237,57 @@ fn tmpfile_then_link_names_it() {
     let req = FuseRequest::new(TMPFILE, ops::ROOT_ID, args, 256);
     assert_eq!(dev.send(&req).unwrap().errno(), Some(libc::EINVAL));
 }
+
+#[test]
+fn ioctl_reads_and_sets_inode_flags_only() {
+    use vufs_frontend::fuse_abi::{IoctlIn, IoctlOut};
+    const GETFLAGS: u32 = 0x8008_6601;
+    const SETFLAGS: u32 = 0x4008_6602;
+    const NODUMP: u32 = 0x40;
+    let t = tmpfs::Tmpfs::new("8M");
+    std::fs::write(t.path().join("f"), "x").unwrap();
+    let d = Daemon::start_in(
+        tempfile::tempdir().unwrap(),
+        vec![t.path().to_owned()],
+        &[t.path().display().to_string()],
+        &["-o", "minfreespace=1M"],
+    );
+    let mut dev = d.session();
+    let e = dev.lookup(ops::ROOT_ID, b"f").unwrap();
+    let fh = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap().fh;
+    let mut ioctl = |cmd: u32, input: &[u8], out_size: u32, flags: u32| {
+        let a = IoctlIn {
+            fh,
+            flags,
+            cmd,
+            arg: 0,
+            in_size: input.len() as u32,
+            out_size,
+        };
+        let mut args = a.as_slice().to_vec();
+        args.extend_from_slice(input);
+        let req = FuseRequest::new(
+            Opcode::Ioctl as u32,
+            e.nodeid,
+            args,
+            size_of::<IoctlOut>() + out_size as usize,
+        );
+        dev.send(&req).unwrap()
+    };
+    ioctl(SETFLAGS, &NODUMP.to_ne_bytes(), 0, 0)
+        .payload()
+        .unwrap();
+    let r = ioctl(GETFLAGS, &[], 4, 0);
+    let p = r.payload().unwrap();
+    let flags = u32::from_ne_bytes(p[size_of::<IoctlOut>()..][..4].try_into().unwrap());
+    assert_ne!(flags & NODUMP, 0);
+    // The host file has it.
+    let out = std::process::Command::new("lsattr")
+        .arg(t.path().join("f"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("------d"));
+    // Other commands, unrestricted ioctls: ENOTTY.
+    assert_eq!(ioctl(0x5401, &[], 0, 0).errno(), Some(libc::ENOTTY));
+    assert_eq!(ioctl(GETFLAGS, &[], 4, 2).errno(), Some(libc::ENOTTY));
+}
