@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The guest benchmark: boots the test guest (QEMU TCG, Debian 6.12 kernel, 2 vCPUs) against
+# union-virtiofsd (release build) and against virtiofsd 1.14 (cargo install'ed into
+# .cache/tools if absent), each serving a fresh tmpfs, alternating the two for N runs, and
+# prints one table of medians and ratios (ours / virtiofsd; higher is better for us on every
+# row: throughput rows are MB/s or ops/s, time rows are inverted). Writes the table to
+# bench-guest.md and a plot of the ratios to bench-guest.png (gnuplot) in OUT.
+#
+#   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--kernel-suite SUITE] [-- extra daemon args]
+#
+# Rows: fio (psync, O_DIRECT, 64 MiB file, 4 s each) seq read/write at 128 KiB, 1 MiB and
+# 4 MiB, rand read/write 4 KiB at depth 1 and with --numjobs=4; create, stat, readdir and
+# unlink of 5,000 files; a source tree (about 2,000 real headers from /usr/include) untarred,
+# found, grepped and removed; the daemon's CPU seconds and peak RSS for the whole guest run.
+# Not part of the test suite: it takes about 3 minutes per run on the 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. scripts/lib.sh
+
+runs=3 out="$root/.cache/bench-guest" queues=1 suite="" extra=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --queues) queues=$2; shift 2 ;;
+    --kernel-suite) suite=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown argument $1 (see the header of $0)" ;;
+    esac
+done
+mkdir -p "$out"
+
+vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
+if [ ! -x "$vfsd" ]; then
+    cargo install --locked virtiofsd --version 1.14.0 --root "$root/.cache/tools/virtiofsd" >&2
+fi
+command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
+command -v gnuplot >/dev/null || as_root apt-get install -y -qq --no-install-recommends gnuplot-nox >&2
+cargo build --quiet --release --bin union-virtiofsd >&2
+ours="$root/target/release/union-virtiofsd"
+if [ -n "$suite" ]; then
+    kernel=$(GUEST_KERNEL_SUITE=$suite scripts/fetch-kernel.sh)
+else
+    kernel=$(scripts/fetch-kernel.sh)
+fi
+initrd=$(scripts/build-initramfs.sh)
+
+# fio, coreutils' date and the source tree for the guest, packed once.
+bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
+if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
+    w=$(mktemp -d)
+    chmod 755 "$w"
+    mkdir -p "$w/opt/bench/bin"
+    for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
+    for lib in $(ldd /usr/bin/fio /usr/bin/date | grep -o '/[^ ]*' | sort -u); do
+        mkdir -p "$w$(dirname "$lib")"
+        cp -L "$lib" "$w$lib"
+    done
+    tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
+    (cd "$w" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
+        cpio --null -o -H newc --owner=0:0 --quiet) >"$bench_cpio"
+    rm -rf "$w"
+fi
+
+scenario="$out/scenario.sh"
+cat >"$scenario" <<'EOF'
+B=/opt/bench/bin
+now() { $B/date +%s.%N; }
+# fio BS RW [JOBS]: prints MB/s (sum over jobs) from the terse output.
+fio_row() {
+    name=$1 bs=$2 rw=$3 jobs=${4:-1}
+    r=$($B/fio --name=b --filename=/mnt/fio.dat --size=64M --direct=1 --ioengine=psync \
+        --bs="$bs" --rw="$rw" --numjobs="$jobs" --group_reporting --runtime=4 --time_based \
+        --minimal)
+    case $rw in *read*) kb=$(echo "$r" | cut -d';' -f7) ;; *) kb=$(echo "$r" | cut -d';' -f48) ;; esac
+    echo "RESULT $name $(awk "BEGIN {printf \"%.2f\", $kb / 1024}")"
+}
+# Lay the file out once, so reads read data and writes overwrite.
+$B/fio --name=lay --filename=/mnt/fio.dat --size=64M --rw=write --bs=1M --direct=1 --minimal >/dev/null
+fio_row seq-read-128k 128k read
+fio_row seq-read-1m 1m read
+fio_row seq-read-4m 4m read
+fio_row seq-write-128k 128k write
+fio_row seq-write-1m 1m write
+fio_row seq-write-4m 4m write
+fio_row rand-read-4k 4k randread
+fio_row rand-write-4k 4k randwrite
+fio_row rand-read-4k-x4 4k randread 4
+fio_row rand-write-4k-x4 4k randwrite 4
+rm -f /mnt/fio.dat
+# ops/s of a timed shell step over N items.
+rate() { awk "BEGIN {printf \"%.1f\", $2 / ($4 - $3)}" ; }
+mkdir /mnt/m && cd /mnt/m
+t0=$(now); i=0; while [ $i -lt 5000 ]; do : > f$i; i=$((i+1)); done; t1=$(now)
+echo "RESULT create-5000 $(rate x 5000 $t0 $t1)"
+t0=$(now); i=0; while [ $i -lt 5000 ]; do [ -e f$i ]; i=$((i+1)); done; t1=$(now)
+echo "RESULT stat-5000 $(rate x 5000 $t0 $t1)"
+t0=$(now); for k in 1 2 3; do find . -maxdepth 1 >/dev/null; done; t1=$(now)
+echo "RESULT readdir-5000 $(rate x 15000 $t0 $t1)"
+t0=$(now); i=0; while [ $i -lt 5000 ]; do rm f$i; i=$((i+1)); done; t1=$(now)
+echo "RESULT unlink-5000 $(rate x 5000 $t0 $t1)"
+cd /mnt && rmdir /mnt/m
+files=$(tar -tf /opt/bench/tree.tar | wc -l)
+t0=$(now); mkdir src && tar -C src -xf /opt/bench/tree.tar; t1=$(now)
+echo "RESULT tree-untar $(rate x $files $t0 $t1)"
+t0=$(now); find src -type f | wc -l >/dev/null; t1=$(now)
+echo "RESULT tree-find $(rate x $files $t0 $t1)"
+t0=$(now); grep -r -l EINVAL src | wc -l >/dev/null; t1=$(now)
+echo "RESULT tree-grep $(rate x $files $t0 $t1)"
+t0=$(now); rm -rf src; t1=$(now)
+echo "RESULT tree-rm $(rate x $files $t0 $t1)"
+EOF
+
+# One guest run against backend command "$@" ({socket} and {dir} replaced); appends
+# "name value" lines to $results.
+run_one() {
+    local label=$1; shift
+    local dir sock log console pid
+    dir=$(mktemp -d /tmp/uvfs-bench.XXXXXX)
+    mount -t tmpfs -o size=1G tmpfs "$dir"
+    sock="$dir.sock" log="$out/$label.daemon.log" console="$out/$label.console.log"
+    local args=()
+    for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
+    "${args[@]}" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    [ -S "$sock" ] || die "$label: no socket"
+    bash qemu/run-guest.sh --socket "$sock" --smp 2 --mem 1G --kernel "$kernel" \
+        --initrd "$initrd" --extra-initrd "$bench_cpio" --script "$scenario" >"$console" 2>&1 || true
+    # CPU seconds (utime + stime, with waited-for children) of the daemon and its children.
+    local cpu=0 rss=0 p
+    for p in $pid $(cat /proc/$pid/task/*/children 2>/dev/null); do
+        [ -r /proc/$p/stat ] || continue
+        cpu=$(awk -v c="$cpu" -v hz="$(getconf CLK_TCK)" '{print c + ($14 + $15 + $16 + $17) / hz}' /proc/$p/stat)
+        local hwm
+        hwm=$(awk '/VmHWM/ {print $2}' /proc/$p/status)
+        [ "${hwm:-0}" -gt "$rss" ] && rss=$hwm
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
+    grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
+    echo "$label daemon-cpu-s $cpu" >>"$results"
+    echo "$label daemon-peak-rss-mib $(awk "BEGIN {printf \"%.1f\", $rss / 1024}")" >>"$results"
+    grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "$label: scenario did not finish (see $console)"
+}
+
+results="$out/results.txt"
+: >"$results"
+qargs=()
+[ "$queues" -gt 1 ] && qargs=(--num-request-queues "$queues")
+for i in $(seq "$runs"); do
+    order=(ours theirs)
+    [ $((i % 2)) -eq 0 ] && order=(theirs ours)
+    for who in "${order[@]}"; do
+        log "run $i/$runs: $who"
+        if [ "$who" = ours ]; then
+            run_one ours "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${qargs[@]}" "${extra[@]}"
+        else
+            run_one theirs "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${qargs[@]}"
+        fi
+    done
+done
+
+# Medians and ratios; rows where less is better (CPU, RSS) are inverted so that > 1 is ours ahead.
+awk '
+function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{ v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+END {
+    printf "| row | union-virtiofsd | virtiofsd 1.14 | ratio |\n|---|---|---|---|\n"
+    for (k = 1; k <= n; k++) {
+        r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
+        lower = (r ~ /cpu|rss/)
+        ratio = (lower ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
+        printf "| %s | %s | %s | %.2fx |\n", r, a, b, ratio
+        printf "%s %.3f\n", r, ratio > "/dev/stderr"
+    }
+}' "$results" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
+
+gnuplot <<EOF
+set terminal png size 1000,500
+set output "$out/bench-guest.png"
+set style data histograms
+set style fill solid
+set yrange [0:*]
+set ylabel "union-virtiofsd / virtiofsd (higher is better)"
+set xtics rotate by -45
+set arrow from graph 0, first 1.1 to graph 1, first 1.1 nohead dt 2
+plot "$out/ratios.dat" using 2:xtic(1) title "ratio (dashed: 1.10)"
+EOF
+log "table: $out/bench-guest.md, plot: $out/bench-guest.png"
