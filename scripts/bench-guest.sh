@@ -53,7 +53,7 @@ if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
     chmod 755 "$w"
     mkdir -p "$w/opt/bench/bin"
     for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
-    for lib in $(ldd /usr/bin/fio /usr/bin/date | grep -o '/[^ ]*' | sort -u); do
+    for lib in $(for f in /usr/bin/fio /usr/bin/date; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
         mkdir -p "$w$(dirname "$lib")"
         cp -L "$lib" "$w$lib"
     done
@@ -116,33 +116,31 @@ EOF
 # "name value" lines to $results.
 run_one() {
     local label=$1; shift
-    local dir sock log console pid
+    local dir sock log console pid a
     dir=$(mktemp -d /tmp/uvfs-bench.XXXXXX)
     mount -t tmpfs -o size=1G tmpfs "$dir"
     sock="$dir.sock" log="$out/$label.daemon.log" console="$out/$label.console.log"
     local args=()
     for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
-    "${args[@]}" >"$log" 2>&1 &
+    # GNU time reports the daemon's CPU seconds and peak RSS once it exits (when the guest
+    # powers off): wait4's usage includes the sandboxed child the daemon waited for.
+    /usr/bin/time -f 'TIME %U %S %M' -o "$out/$label.time" "${args[@]}" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || die "$label: no socket"
     bash qemu/run-guest.sh --socket "$sock" --smp 2 --mem 1G --kernel "$kernel" \
         --initrd "$initrd" --extra-initrd "$bench_cpio" --script "$scenario" >"$console" 2>&1 || true
-    # CPU seconds (utime + stime, with waited-for children) of the daemon and its children.
-    local cpu=0 rss=0 p
-    for p in $pid $(cat /proc/$pid/task/*/children 2>/dev/null); do
-        [ -r /proc/$p/stat ] || continue
-        cpu=$(awk -v c="$cpu" -v hz="$(getconf CLK_TCK)" '{print c + ($14 + $15 + $16 + $17) / hz}' /proc/$p/stat)
-        local hwm
-        hwm=$(awk '/VmHWM/ {print $2}' /proc/$p/status)
-        [ "${hwm:-0}" -gt "$rss" ] && rss=$hwm
-    done
-    kill "$pid" 2>/dev/null || true
+    # The daemon exits when the guest's QEMU goes; if not, stop it.
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    pkill -TERM -P "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+    local cpu rss
+    cpu=$(awk '/^TIME/ {print $2 + $3}' "$out/$label.time")
+    rss=$(awk '/^TIME/ {print $4}' "$out/$label.time")
     umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
     grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
-    echo "$label daemon-cpu-s $cpu" >>"$results"
-    echo "$label daemon-peak-rss-mib $(awk "BEGIN {printf \"%.1f\", $rss / 1024}")" >>"$results"
+    echo "$label daemon-cpu-s ${cpu:-0}" >>"$results"
+    echo "$label daemon-peak-rss-mib $(awk "BEGIN {printf \"%.1f\", ${rss:-0} / 1024}")" >>"$results"
     grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "$label: scenario did not finish (see $console)"
 }
 
