@@ -66,6 +66,9 @@ pub fn filter(c: &Confinement) -> std::io::Result<()> {
 /// The capabilities a serving daemon keeps: virtiofsd's default set changed by `--modcaps`.
 pub fn serving_caps(c: &Confinement) -> Vec<Capability> {
     let mut keep: Vec<Capability> = crate::sys::caps::SERVING.to_vec();
+    if c.keep_sys_admin {
+        keep.push(Capability::CAP_SYS_ADMIN);
+    }
     for change in c.modcaps.iter().flat_map(|m| m.0.iter()) {
         keep.retain(|k| *k != change.cap);
         if change.add {

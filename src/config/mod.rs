@@ -106,6 +106,8 @@ pub struct Confinement {
     pub translate_uid: Vec<Translate>,
     /// `--translate-gid` rules.
     pub translate_gid: Vec<Translate>,
+    /// Keep CAP_SYS_ADMIN: `cow=true` writes overlayfs's `trusted.*` xattrs.
+    pub keep_sys_admin: bool,
 }
 
 /// The checked configuration of one daemon run.
@@ -238,6 +240,7 @@ impl TryFrom<Args> for Config {
             gid_map: args.gid_map.clone(),
             translate_uid: args.translate_uid.clone(),
             translate_gid: args.translate_gid.clone(),
+            keep_sys_admin: settings.opts.cow,
         };
         check_sandbox(&confinement, rustix::process::geteuid().is_root())?;
         Ok(Config {

@@ -194,6 +194,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.dropcacheonclose = boolean(v)?;
         Ok(())
     } },
+    OptionSpec { name: "cow", help: "true|false: copy-on-write layers (ours, default false): a change to an entry on an RO branch copies it up to an RW branch first, and deletions leave overlayfs whiteouts", set: |s, v| {
+        s.opts.cow = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "rename-exdev", help: "passthrough|rel-symlink|abs-symlink: what a rename that cannot stay on its branches does (default passthrough: EXDEV)", set: choice!(rename_exdev, "passthrough, rel-symlink or abs-symlink", {
         "passthrough" => RenameExdev::Passthrough,
         "rel-symlink" => RenameExdev::RelSymlink,

@@ -286,6 +286,20 @@ impl InodeTable {
         Ok(id)
     }
 
+    /// Moves the node bound to host object `old` (if any) onto the object `new`, found on
+    /// `branch` with descriptor `fd` (a copy-up replaced one by the other).
+    pub fn rebind(&self, old: Key, branch: usize, fd: Arc<OwnedFd>, new: Key) {
+        let mut inner = self.inner.write().unwrap();
+        let Some(id) = inner.by_key.remove(&old) else {
+            return;
+        };
+        if let Some(n) = inner.nodes.get_mut(&id) {
+            n.key = Some(new);
+            n.bound = Some((branch, fd));
+        }
+        inner.by_key.insert(new, id);
+    }
+
     /// A node for an object that has no name yet (O_TMPFILE), with one guest lookup; ENFILE
     /// when that would make more than `max_nodes`. A later LINK names it.
     pub fn insert_unnamed(&self, found: Bind, max_nodes: usize) -> io::Result<u64> {

@@ -4,6 +4,7 @@
 //! (that is `sys`).
 
 mod clone;
+mod cow;
 mod handle;
 pub mod idmap;
 mod inode;

@@ -286,6 +286,9 @@ pub struct UnionOptions {
     pub cache_negative_entry: Duration,
     /// Drop the host page cache of a file when it is closed.
     pub dropcacheonclose: bool,
+    /// Copy-on-write layers (`cow=true`): RW branches are upper layers over the RO ones, in
+    /// overlayfs's on-disk format (whiteouts, opaque directories). See `fs/cow.rs`.
+    pub cow: bool,
     /// Rename fallback on EXDEV.
     pub rename_exdev: RenameExdev,
     /// Link fallback on EXDEV.
@@ -336,6 +339,7 @@ impl Default for UnionOptions {
             cache_entry: Duration::from_secs(1),
             cache_negative_entry: Duration::ZERO,
             dropcacheonclose: false,
+            cow: false,
             rename_exdev: RenameExdev::Passthrough,
             link_exdev: LinkExdev::Passthrough,
             mountpoint: "/mnt".to_string(),

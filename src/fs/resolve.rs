@@ -87,7 +87,7 @@ impl<'a> OpeningProbe<'a> {
 }
 
 /// `r` as "found or not", keeping real failures as errors.
-fn present<T>(r: io::Result<T>) -> io::Result<Option<T>> {
+pub(crate) fn present<T>(r: io::Result<T>) -> io::Result<Option<T>> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(e) if is_absent(&e) => Ok(None),
@@ -330,7 +330,15 @@ impl UnionFs {
     /// Every copy of `rel` that `func`'s (action) policy chooses to change (EROFS if only RO
     /// copies exist).
     pub(crate) fn action(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
-        self.select(func, rel)
+        match self.select(func, rel) {
+            // Copy-on-write: only RO copies, so the visible one is copied up and changed there.
+            Err(e) if self.cfg.opts.cow && e.raw_os_error() == Some(libc::EROFS) => {
+                let f = self.search(Func::Getattr, rel)?;
+                self.copy_up(rel, &f)?;
+                self.select(func, rel)
+            }
+            r => r,
+        }
     }
 
     /// The branches on which `func` (a create) makes a new entry in directory `parent_rel`,
@@ -362,6 +370,9 @@ impl UnionFs {
 
     /// Whether `rel` exists on any branch.
     pub(crate) fn exists_anywhere(&self, rel: &CStr) -> bool {
+        if self.cfg.opts.cow {
+            return (0..self.roots.len()).any(|b| self.find_on(b, rel).is_some());
+        }
         (0..self.roots.len()).any(|b| self.open_on(b, rel).is_ok())
     }
 
@@ -385,6 +396,10 @@ impl UnionFs {
             return Ok(None);
         };
         let st = beneath::stat_fd(fd.as_fd())?;
+        // Copy-on-write layers: whiteouts are never shown, nor what a layer above hides.
+        if self.cfg.opts.cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
+            return Ok(None);
+        }
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK
             && self.cfg.opts.follow_symlinks != FollowSymlinks::Never
         {

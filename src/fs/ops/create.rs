@@ -54,10 +54,15 @@ fn make_on_each(
     let mut fold = ErrnoFold::new();
     let mut first = None;
     for dir in &targets {
+        // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
+        let over_whiteout = fs.cfg.opts.cow && fs.remove_whiteout(dir.branch, &*dir.fd, name)?;
         let r = {
             let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             make(dir).map_err(io::Error::from)
         };
+        if r.is_ok() && over_whiteout && func == Func::Mkdir {
+            fs.make_opaque(&*dir.fd, name)?;
+        }
         fold.add(&r);
         if r.is_ok() && first.is_none() {
             first = Some(dir.branch);
@@ -151,6 +156,9 @@ pub fn create(
         }
     };
     fs.check_handle_room()?;
+    if fs.cfg.opts.cow {
+        fs.remove_whiteout(dir.branch, &*dir.fd, name)?;
+    }
     let fd = {
         let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
         beneath::open_beneath(

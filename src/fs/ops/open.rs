@@ -79,7 +79,11 @@ pub fn open(
         _ => return Err(errno(libc::EACCES)),
     }
     if wants_write(flags) && fs.modes[f.branch] == BranchMode::RO {
-        return Err(errno(libc::EROFS));
+        if !fs.cfg.opts.cow {
+            return Err(errno(libc::EROFS));
+        }
+        // Copy-on-write: the file is copied up and opened there (the node follows it).
+        f = fs.copy_up(&fs.inodes.path(inode)?, &f)?;
     }
     if fs.cfg.opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
         break_link(fs, &f, &fs.inodes.path(inode)?)?;

@@ -77,6 +77,17 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
             if check && seen.contains(&e.name) {
                 continue;
             }
+            // Copy-on-write: a whiteout is not shown, and hides the name on later branches.
+            if fs.cfg.opts.cow && e.dtype == u32::from(libc::DT_CHR) {
+                let name = std::ffi::CString::new(e.name.clone()).expect("no NUL in a name");
+                let st = rustix::fs::statat(&*dir.fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+                if st.is_ok_and(|st| crate::fs::cow::is_whiteout(&st)) {
+                    if record {
+                        seen.insert(e.name);
+                    }
+                    continue;
+                }
+            }
             let is_dir = e.dtype == dt_dir;
             // Only path-based numbers need the entry's path; skip building it otherwise.
             let by_path = match calc {

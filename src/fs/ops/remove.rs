@@ -1,7 +1,7 @@
 //! UNLINK and RMDIR: remove every writable copy the action policy selects. A name that exists
 //! only on RO branches gets EROFS; copies on RO branches are left alone (as in mergerfs).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
 
 use rustix::fs::AtFlags;
@@ -23,6 +23,9 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
     } else {
         AtFlags::empty()
     };
+    if fs.cfg.opts.cow {
+        return cow_remove(fs, parent, name, &rel, &parent_rel, dir);
+    }
     if dir {
         fs.check_union_empty(&rel, 2)?;
     }
@@ -42,6 +45,49 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
     Ok(())
 }
 
+/// Copy-on-write removal: the copies on RW branches go (a directory's whiteouts first), and a
+/// whiteout hides what an RO branch still has.
+fn cow_remove(
+    fs: &UnionFs,
+    parent: u64,
+    name: &CStr,
+    rel: &CStr,
+    parent_rel: &CStr,
+    dir: bool,
+) -> io::Result<()> {
+    let copies: Vec<_> = (0..fs.roots.len())
+        .filter_map(|b| fs.find_on(b, rel))
+        .collect();
+    let Some(first) = copies.first() else {
+        return Err(errno(libc::ENOENT));
+    };
+    let is_dir = first.st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    match (dir, is_dir) {
+        (true, false) => return Err(errno(libc::ENOTDIR)),
+        (false, true) => return Err(errno(libc::EISDIR)),
+        _ => {}
+    }
+    if dir {
+        fs.check_union_empty(rel, 1)?;
+        fs.clear_whiteouts(rel)?;
+    }
+    let flags = if dir {
+        AtFlags::REMOVEDIR
+    } else {
+        AtFlags::empty()
+    };
+    for f in copies
+        .iter()
+        .filter(|f| fs.modes[f.branch] != crate::union::BranchMode::RO)
+    {
+        let d = fs.dir_on(f.branch, parent_rel)?;
+        rustix::fs::unlinkat(&d, name, flags)?;
+    }
+    fs.whiteout_if_lower(rel)?;
+    fs.inodes.unlink(parent, name);
+    Ok(())
+}
+
 impl UnionFs {
     /// ENOTEMPTY if directory `rel` has an entry on any branch: the union shows it, so
     /// removing the directory (or renaming over it) must fail as a nonempty directory does,
@@ -56,7 +102,17 @@ impl UnionFs {
             return Ok(());
         }
         for d in copies {
-            if !beneath::list_dir(d.as_fd())?.is_empty() {
+            let listed = beneath::list_dir(d.as_fd())?;
+            if self.cfg.opts.cow {
+                // Whiteouts and what they hide are not entries of the union.
+                for e in listed {
+                    let name = CString::new(e.name).expect("no NUL in a name");
+                    let child = crate::fs::resolve::join(rel.to_bytes(), name.to_bytes());
+                    if self.exists_anywhere(&child) {
+                        return Err(errno(libc::ENOTEMPTY));
+                    }
+                }
+            } else if !listed.is_empty() {
                 return Err(errno(libc::ENOTEMPTY));
             }
         }

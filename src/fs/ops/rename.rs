@@ -58,6 +58,9 @@ pub fn rename(
         oldname,
         newname,
     };
+    if fs.cfg.opts.cow {
+        cow_prepare(fs, &n)?;
+    }
     if !flags.contains(RenameFlags::NOREPLACE) {
         fs.check_union_empty_target(&n.old_rel, &n.new_rel)?;
         if flags.contains(RenameFlags::EXCHANGE) {
@@ -66,6 +69,9 @@ pub fn rename(
     }
     if !flags.is_empty() {
         rename_flagged(fs, &n, flags)?;
+        if !flags.contains(RenameFlags::EXCHANGE) {
+            fs.whiteout_if_lower(&n.old_rel)?;
+        }
         if flags.contains(RenameFlags::EXCHANGE) {
             fs.inodes.exchange(olddir, oldname, newdir, newname);
         } else {
@@ -87,7 +93,24 @@ pub fn rename(
         }
         r => {
             r?;
+            fs.whiteout_if_lower(&n.old_rel)?;
             fs.inodes.rename(olddir, oldname, newdir, newname);
+        }
+    }
+    Ok(())
+}
+
+/// Copy-on-write, before a rename: a directory that an RO branch also has cannot move as a
+/// whole yet (its lower entries would stay behind): EXDEV, which `mv` answers by copying. A
+/// whiteout at the destination on an RW branch goes (a directory cannot replace it).
+fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
+    let src = fs.search(Func::Getattr, &n.old_rel)?;
+    if src.st.st_mode & libc::S_IFMT == libc::S_IFDIR && fs.lower_has(&n.old_rel) {
+        return Err(errno(libc::EXDEV));
+    }
+    for b in (0..fs.roots.len()).filter(|&b| fs.modes[b] != BranchMode::RO) {
+        if let Ok(d) = fs.dir_on(b, &n.new_parent) {
+            fs.remove_whiteout(b, &d, n.newname)?;
         }
     }
     Ok(())

@@ -1,0 +1,221 @@
+//! Copy-on-write layers (`cow=true`, off by default so mergerfs semantics stay exact): the RW
+//! branches are upper layers over the RO ones, in overlayfs's on-disk format, so the same
+//! directories mounted with the host's overlayfs show the tree the guest saw.
+//!
+//! - A change to an entry whose visible copy is on an RO branch first copies it up (data,
+//!   mode, owner, times, xattrs, and its parent directories) to the RW branch the create
+//!   policy picks, then applies the change there.
+//! - Deleting an entry that an RO branch still has leaves a whiteout (a 0/0 character device)
+//!   in the upper layer; a directory made where a whiteout was is opaque
+//!   (`trusted.overlay.opaque=y`), so nothing below shows through it.
+//! - Lookups and listings never show a whiteout, and nothing below a whiteout, an opaque
+//!   directory or a non-directory of an upper layer.
+//!
+//! The `trusted.*` xattrs need CAP_SYS_ADMIN: with `cow=true` the daemon keeps it.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use fuse_backend_rs::abi::fuse_abi::stat64;
+use rustix::fs::{AtFlags, FileType, Mode};
+
+use super::options::Func;
+use super::resolve::{present, split_parent, Found};
+use super::{errno, UnionFs};
+use crate::sys::beneath;
+use crate::union::BranchMode;
+
+/// overlayfs's opaque-directory xattr.
+pub(crate) const OPAQUE: &CStr = c"trusted.overlay.opaque";
+
+/// Whether `st` is an overlayfs whiteout: a character device with device number 0/0.
+pub(crate) fn is_whiteout(st: &stat64) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0
+}
+
+/// Whether directory `fd` is marked opaque.
+fn is_opaque(fd: BorrowedFd<'_>) -> bool {
+    let mut v = [0u8; 2];
+    matches!(
+        rustix::fs::getxattr(beneath::proc_path(fd), OPAQUE, &mut v[..]),
+        Ok(1) if v[0] == b'y'
+    )
+}
+
+impl UnionFs {
+    /// Whether `rel` on `branch` is hidden by a layer above it: a whiteout at `rel` or at one
+    /// of its ancestors, a non-directory at an ancestor, or an opaque directory at `rel` or
+    /// at an ancestor. Always false without `cow`.
+    pub(crate) fn cow_masked(&self, branch: usize, rel: &CStr) -> io::Result<bool> {
+        let bytes = rel.to_bytes();
+        if !self.cfg.opts.cow || branch == 0 || bytes == b"." {
+            return Ok(false);
+        }
+        let mut ends: Vec<usize> = bytes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &c)| (c == b'/').then_some(i))
+            .collect();
+        ends.push(bytes.len());
+        for upper in 0..branch {
+            for (k, &end) in ends.iter().enumerate() {
+                let p = CString::new(&bytes[..end]).expect("no NUL in a path");
+                let Some(fd) = present(self.open_on(upper, &p))? else {
+                    break; // nothing deeper on this layer
+                };
+                let st = beneath::stat_fd(fd.as_fd())?;
+                if is_whiteout(&st) {
+                    return Ok(true);
+                }
+                let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                let last = k + 1 == ends.len();
+                if (!is_dir && !last) || (is_dir && is_opaque(fd.as_fd())) {
+                    return Ok(true);
+                }
+                if last {
+                    break;
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether any RO branch still shows `rel` (so deleting it needs a whiteout).
+    pub(crate) fn lower_has(&self, rel: &CStr) -> bool {
+        (0..self.roots.len())
+            .filter(|&b| self.modes[b] == BranchMode::RO)
+            .any(|b| self.find_on(b, rel).is_some())
+    }
+
+    /// Copies the entry `f` at `rel` (on an RO branch) up to the RW branch the create policy
+    /// picks for its parent (cloning the parent path there), replacing a whiteout there, and
+    /// returns the copy. Files keep data, mode, owner, times and xattrs; directories are made
+    /// empty (their entries stay below, merged); symlinks keep their target.
+    pub(crate) fn copy_up(&self, rel: &CStr, f: &Found) -> io::Result<Found> {
+        let (parent, name) = split_parent(rel);
+        let dir = self
+            .create_targets(Func::Create, &parent)?
+            .into_iter()
+            .find(|d| self.modes[d.branch] != BranchMode::RO)
+            .ok_or_else(|| errno(libc::EROFS))?;
+        let dir_fd = self.dir_on(dir.branch, &parent)?;
+        let kind = f.st.st_mode & libc::S_IFMT;
+        match kind {
+            libc::S_IFREG => {
+                let fd = std::sync::Arc::try_unwrap(f.fd.clone()).or_else(|a| a.try_clone())?;
+                let tmp = super::movefile::copy_to_temp(&fd, &f.st, &dir_fd, "copyup")?;
+                rustix::fs::renameat(&dir_fd, &tmp, &dir_fd, &name)?;
+            }
+            libc::S_IFDIR => {
+                self.clone_path(f.branch, dir.branch, rel)?;
+            }
+            libc::S_IFLNK => {
+                let target = rustix::fs::readlinkat(f.fd.as_fd(), c"", Vec::new())?;
+                self.remove_whiteout(dir.branch, &dir_fd, &name)?;
+                rustix::fs::symlinkat(&target, &dir_fd, &name)?;
+                let _ = rustix::fs::chownat(
+                    &dir_fd,
+                    &name,
+                    Some(rustix::fs::Uid::from_raw(f.st.st_uid)),
+                    Some(rustix::fs::Gid::from_raw(f.st.st_gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
+            }
+            _ => {
+                self.remove_whiteout(dir.branch, &dir_fd, &name)?;
+                rustix::fs::mknodat(
+                    &dir_fd,
+                    &name,
+                    FileType::from_raw_mode(kind),
+                    Mode::from_raw_mode(f.st.st_mode & 0o7777),
+                    f.st.st_rdev,
+                )?;
+            }
+        }
+        let up = self
+            .find_on(dir.branch, rel)
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        // The guest's node now acts on the copy.
+        self.inodes.rebind(
+            (f.st.st_dev, f.st.st_ino),
+            up.branch,
+            up.fd.clone(),
+            (up.st.st_dev, up.st.st_ino),
+        );
+        Ok(up)
+    }
+
+    /// Removes a whiteout named `name` in `dir` on `branch`, if there is one; whether there
+    /// was.
+    pub(crate) fn remove_whiteout(
+        &self,
+        branch: usize,
+        dir: &impl AsFd,
+        name: &CStr,
+    ) -> io::Result<bool> {
+        let _ = branch;
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if is_whiteout(&st) => {
+                rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// After `rel` was removed from the RW branches: a whiteout where an RO branch still has
+    /// it, in the upper layer the create policy picks for its parent.
+    pub(crate) fn whiteout_if_lower(&self, rel: &CStr) -> io::Result<()> {
+        if !self.cfg.opts.cow || !self.lower_has(rel) {
+            return Ok(());
+        }
+        let (parent, name) = split_parent(rel);
+        let dir = self
+            .create_targets(Func::Create, &parent)?
+            .into_iter()
+            .find(|d| self.modes[d.branch] != BranchMode::RO)
+            .ok_or_else(|| errno(libc::EROFS))?;
+        let dir_fd = self.dir_on(dir.branch, &parent)?;
+        match rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST)
+                if self.remove_whiteout(dir.branch, &dir_fd, &name)? =>
+            {
+                Ok(rustix::fs::mknodat(
+                    &dir_fd,
+                    &name,
+                    FileType::CharacterDevice,
+                    Mode::empty(),
+                    0,
+                )?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Before making `name` in directory `dir` on upper `branch`: removes a whiteout there.
+    /// For a directory made over one, marks it opaque afterwards (see [`UnionFs::make_opaque`]).
+    pub(crate) fn make_opaque(&self, dir: &impl AsFd, name: &CStr) -> io::Result<()> {
+        let fd = beneath::open_path(dir.as_fd(), name)?;
+        Ok(rustix::fs::setxattr(
+            beneath::proc_path(fd.as_fd()),
+            OPAQUE,
+            b"y",
+            rustix::fs::XattrFlags::empty(),
+        )?)
+    }
+
+    /// Removes the whiteouts in directory `rel` on every RW branch (so that rmdir of a
+    /// directory that is empty in the union can remove its upper copies).
+    pub(crate) fn clear_whiteouts(&self, rel: &CStr) -> io::Result<()> {
+        for b in (0..self.roots.len()).filter(|&b| self.modes[b] != BranchMode::RO) {
+            let Ok(d) = self.dir_on(b, rel) else { continue };
+            for e in beneath::list_dir(d.as_fd())? {
+                let name = CString::new(e.name).expect("no NUL in a name");
+                self.remove_whiteout(b, &d, &name)?;
+            }
+        }
+        Ok(())
+    }
+}
