@@ -1,7 +1,9 @@
 //! Copy-on-write layers (`cow=true`) through the filesystem layer, with the host kernel's
 //! overlayfs as the oracle: over a read-only base (lower) and an empty writable layer (upper),
 //! writes, chmod, deletions of files and directories, a directory made again over a deleted
-//! one and a file made over a deleted one; then the base must be byte-for-byte unchanged, the
+//! one, a file made over a deleted one, renames of a base file and of a base directory tree
+//! (copied up whole and made opaque: never EXDEV); then the base must be byte-for-byte
+//! unchanged, the
 //! upper layer must hold overlayfs's whiteouts and opaque marks, and the host's overlayfs over
 //! the same base and upper must show exactly the tree the union shows.
 
@@ -100,6 +102,9 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     fs::write(b.join("dir/sub/file"), "deep").unwrap();
     fs::write(b.join("dir/other"), "other").unwrap();
     std::os::unix::fs::symlink("keep", b.join("link")).unwrap();
+    fs::create_dir_all(b.join("tree/a/b")).unwrap();
+    fs::write(b.join("tree/a/b/leaf"), "leaf").unwrap();
+    fs::write(b.join("tree/top"), "t").unwrap();
     let before = tree(b);
     let upper = top.0.path().join("upper");
     let work = top.0.path().join("work");
@@ -184,6 +189,12 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
         0,
     )
     .unwrap();
+    // A base directory with nested entries, renamed as a whole: never EXDEV.
+    u.rename(&ctx(), ROOT_ID, &c("tree"), ROOT_ID, &c("tree.moved"), 0)
+        .unwrap();
+    assert_eq!(errno_of(walk(&u, "tree")), libc::ENOENT);
+    let leaf = walk(&u, "tree.moved/a/b/leaf").unwrap();
+    assert_eq!(read_file(&u, leaf.inode).unwrap(), b"leaf");
 
     // The base is byte-for-byte unchanged.
     assert_eq!(tree(b), before);
@@ -225,4 +236,260 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     assert_eq!(seen, theirs);
     assert_eq!(seen["passwd.moved"].2, b"root:x:0:0\nu:x:1000:1000\n");
     assert!(!seen.contains_key("etc/gone") && !seen.contains_key("dir/sub"));
+    assert!(seen.contains_key("tree.moved/a/b/leaf") && !seen.contains_key("tree"));
+}
+
+/// One change, applied alike through a kernel overlayfs mount and through the union.
+#[derive(Clone, Debug)]
+enum Op {
+    Append(&'static str, &'static str),
+    Truncate(&'static str, u64),
+    Chmod(&'static str, u32),
+    Unlink(&'static str),
+    Rmdir(&'static str),
+    Mkdir(&'static str),
+    Create(&'static str, &'static str),
+    Rename(&'static str, &'static str),
+    Symlink(&'static str, &'static str),
+    Link(&'static str, &'static str),
+}
+
+fn errno_of_io<T>(r: std::io::Result<T>) -> Result<(), i32> {
+    r.map(drop).map_err(|e| e.raw_os_error().unwrap_or(-1))
+}
+
+/// `op` on the overlayfs mount at `m`.
+fn on_overlay(m: &Path, op: &Op) -> Result<(), i32> {
+    use std::io::Write;
+    match op {
+        Op::Append(p, d) => errno_of_io(
+            fs::OpenOptions::new()
+                .append(true)
+                .open(m.join(p))
+                .and_then(|mut f| f.write_all(d.as_bytes())),
+        ),
+        Op::Truncate(p, n) => errno_of_io(
+            fs::OpenOptions::new()
+                .write(true)
+                .open(m.join(p))
+                .and_then(|f| f.set_len(*n)),
+        ),
+        Op::Chmod(p, mode) => errno_of_io(fs::set_permissions(
+            m.join(p),
+            fs::Permissions::from_mode(*mode),
+        )),
+        Op::Unlink(p) => errno_of_io(fs::remove_file(m.join(p))),
+        Op::Rmdir(p) => errno_of_io(fs::remove_dir(m.join(p))),
+        Op::Mkdir(p) => errno_of_io(fs::create_dir(m.join(p))),
+        Op::Create(p, d) => errno_of_io(
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(m.join(p))
+                .and_then(|mut f| f.write_all(d.as_bytes())),
+        ),
+        Op::Rename(a, b) => errno_of_io(fs::rename(m.join(a), m.join(b))),
+        Op::Symlink(t, p) => errno_of_io(std::os::unix::fs::symlink(t, m.join(p))),
+        Op::Link(a, b) => errno_of_io(fs::hard_link(m.join(a), m.join(b))),
+    }
+}
+
+/// (parent inode, last name) of `path` in the union.
+fn parent_of(u: &UnionFs, path: &str) -> std::io::Result<(u64, String)> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let parent = if dir.is_empty() {
+        ROOT_ID
+    } else {
+        walk(u, dir)?.inode
+    };
+    Ok((parent, name.to_owned()))
+}
+
+/// `op` through the union's filesystem layer.
+fn on_union(u: &UnionFs, op: &Op) -> Result<(), i32> {
+    use fuse_backend_rs::abi::fuse_abi::SetattrValid;
+    let r: std::io::Result<()> = (|| match op {
+        Op::Append(p, d) => {
+            let e = walk(u, p)?;
+            let (fh, _, _) =
+                u.open(&ctx(), e.inode, (libc::O_WRONLY | libc::O_APPEND) as u32, 0)?;
+            let fh = fh.unwrap();
+            let size = u.getattr(&ctx(), e.inode, None)?.0.st_size as u64;
+            let mut r = fsharness::SliceReader(d.as_bytes().to_vec(), 0);
+            u.write(
+                &ctx(),
+                e.inode,
+                fh,
+                &mut r,
+                d.len() as u32,
+                size,
+                None,
+                false,
+                0,
+                0,
+            )?;
+            u.release(&ctx(), e.inode, 0, fh, false, false, None)
+        }
+        Op::Truncate(p, n) => {
+            let e = walk(u, p)?;
+            let mut a = e.attr;
+            a.st_size = *n as i64;
+            u.setattr(&ctx(), e.inode, a, None, SetattrValid::SIZE)
+                .map(drop)
+        }
+        Op::Chmod(p, mode) => {
+            let e = walk(u, p)?;
+            let mut a = e.attr;
+            a.st_mode = (a.st_mode & libc::S_IFMT) | mode;
+            u.setattr(&ctx(), e.inode, a, None, SetattrValid::MODE)
+                .map(drop)
+        }
+        Op::Unlink(p) => {
+            let (d, n) = parent_of(u, p)?;
+            u.unlink(&ctx(), d, &c(&n))
+        }
+        Op::Rmdir(p) => {
+            let (d, n) = parent_of(u, p)?;
+            u.rmdir(&ctx(), d, &c(&n))
+        }
+        Op::Mkdir(p) => {
+            let (d, n) = parent_of(u, p)?;
+            u.mkdir(&ctx(), d, &c(&n), 0o755, 0).map(drop)
+        }
+        Op::Create(p, data) => {
+            let (d, n) = parent_of(u, p)?;
+            create_file(u, d, &n, data.as_bytes()).map(drop)
+        }
+        Op::Rename(a, b) => {
+            let (da, na) = parent_of(u, a)?;
+            let (db, nb) = parent_of(u, b)?;
+            u.rename(&ctx(), da, &c(&na), db, &c(&nb), 0)
+        }
+        Op::Symlink(t, p) => {
+            let (d, n) = parent_of(u, p)?;
+            u.symlink(&ctx(), &c(t), d, &c(&n)).map(drop)
+        }
+        Op::Link(a, b) => {
+            let e = walk(u, a)?;
+            let (d, n) = parent_of(u, b)?;
+            u.link(&ctx(), e.inode, d, &c(&n)).map(drop)
+        }
+    })();
+    errno_of_io(r)
+}
+
+/// A base tree: files, a nested directory, a symlink, an empty directory.
+fn make_base(b: &Path) {
+    fs::create_dir_all(b.join("usr/share/doc")).unwrap();
+    fs::create_dir_all(b.join("var/lib/dpkg")).unwrap();
+    fs::create_dir_all(b.join("empty")).unwrap();
+    fs::write(b.join("var/lib/dpkg/status"), "Package: base\n").unwrap();
+    fs::write(b.join("usr/share/doc/README"), "docs").unwrap();
+    fs::write(b.join("usr/share/doc/COPYING"), "gpl").unwrap();
+    fs::write(b.join("top"), "top").unwrap();
+    std::os::unix::fs::symlink("top", b.join("top.link")).unwrap();
+    for d in [
+        "usr",
+        "usr/share",
+        "usr/share/doc",
+        "var",
+        "var/lib",
+        "var/lib/dpkg",
+        "empty",
+    ] {
+        fs::set_permissions(b.join(d), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// The upper layer as overlayfs defines it: entries, their kinds, modes and contents,
+/// whiteouts, and which directories are opaque.
+fn upper_tree(root: &Path) -> BTreeMap<String, (String, u32, Vec<u8>)> {
+    tree(root)
+        .into_iter()
+        .map(|(k, (kind, mode, data))| {
+            if kind == "dir" {
+                let mut v = [0u8; 4];
+                let opaque =
+                    rustix::fs::getxattr(root.join(&k), c"trusted.overlay.opaque", &mut v[..])
+                        .is_ok_and(|n| &v[..n] == b"y");
+                (
+                    k,
+                    (if opaque { "opaque-dir".into() } else { kind }, mode, data),
+                )
+            } else {
+                (k, (kind, mode, data))
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
+    use Op::*;
+    let ops = [
+        Append("var/lib/dpkg/status", "Package: new\n"),
+        Chmod("top", 0o600),
+        Truncate("usr/share/doc/README", 2),
+        Unlink("usr/share/doc/COPYING"),
+        Unlink("usr/share/doc/COPYING"),
+        Rmdir("usr/share/doc"),
+        Unlink("usr/share/doc/README"),
+        Rmdir("usr/share/doc"),
+        Mkdir("usr/share/doc"),
+        Create("usr/share/doc/NEW", "new"),
+        Rmdir("empty"),
+        Create("empty", "now a file"),
+        Rename("top", "top.renamed"),
+        Symlink("top.renamed", "new.link"),
+        Unlink("top.link"),
+        Link("top.renamed", "top.hard"),
+        Mkdir("var/cache"),
+        Create("var/cache/x", "x"),
+        Rename("var/lib/dpkg/status", "var/lib/dpkg/status-old"),
+        Create("var/lib/dpkg/status", "Package: rewritten\n"),
+        Rmdir("var/lib"),
+        Create("top", "again"),
+    ];
+    let lower_a = Tmpfs::new("8M");
+    let lower_b = Tmpfs::new("8M");
+    let top = Tmpfs::new("8M");
+    make_base(lower_a.0.path());
+    make_base(lower_b.0.path());
+    let t = top.0.path();
+    for d in ["ovl-upper", "ovl-work", "union-upper", "mnt"] {
+        fs::create_dir(t.join(d)).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower_a.0.path().display(),
+        t.join("ovl-upper").display(),
+        t.join("ovl-work").display()
+    );
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o", &opts])
+        .arg(t.join("mnt"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(mounted, "mount overlayfs");
+    let theirs: Vec<_> = ops
+        .iter()
+        .map(|op| on_overlay(&t.join("mnt"), op))
+        .collect();
+    let _ = std::process::Command::new("umount")
+        .arg(t.join("mnt"))
+        .status();
+
+    let upper = t.join("union-upper");
+    let u = union_with(
+        &[(&upper, "RW"), (lower_b.0.path(), "RO")],
+        "cow=true,minfreespace=0",
+    );
+    let ours: Vec<_> = ops.iter().map(|op| on_union(&u, op)).collect();
+    for ((op, a), b) in ops.iter().zip(&ours).zip(&theirs) {
+        assert_eq!(a, b, "{op:?}: union vs overlayfs");
+    }
+    assert_eq!(upper_tree(&upper), upper_tree(&t.join("ovl-upper")));
+    // Neither touched its base.
+    assert_eq!(tree(lower_a.0.path()), tree(lower_b.0.path()));
 }

@@ -218,4 +218,59 @@ impl UnionFs {
         }
         Ok(())
     }
+
+    /// The names directory `rel` shows in the union (whiteouts and what they hide left out).
+    fn visible_children(&self, rel: &CStr) -> io::Result<Vec<CString>> {
+        let mut names: Vec<CString> = Vec::new();
+        for b in 0..self.roots.len() {
+            let Some(d) = self.find_on(b, rel) else {
+                continue;
+            };
+            if d.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                continue;
+            }
+            for e in beneath::list_dir(d.fd.as_fd())? {
+                let name = CString::new(e.name).expect("no NUL in a name");
+                if names.contains(&name) {
+                    continue;
+                }
+                let child = super::resolve::join(rel.to_bytes(), name.to_bytes());
+                if self.exists_anywhere(&child) {
+                    names.push(name);
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// Copies directory `rel` and everything the union shows in it up to an RW branch, and
+    /// marks the copy opaque: it then holds the whole directory, which can be renamed as one
+    /// (a directory with lower parts would otherwise leave them behind: overlayfs answers
+    /// EXDEV there unless it records a redirect).
+    pub(crate) fn copy_up_tree(&self, rel: &CStr) -> io::Result<()> {
+        let f = self.search(Func::Getattr, rel)?;
+        let up = if self.modes[f.branch] == BranchMode::RO {
+            self.copy_up(rel, &f)?
+        } else {
+            f
+        };
+        for name in self.visible_children(rel)? {
+            let child = super::resolve::join(rel.to_bytes(), name.to_bytes());
+            let cf = self.search(Func::Getattr, &child)?;
+            if cf.st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                self.copy_up_tree(&child)?;
+            } else if self.modes[cf.branch] == BranchMode::RO {
+                self.copy_up(&child, &cf)?;
+            }
+        }
+        let (parent, name) = split_parent(rel);
+        let _ = up;
+        let pd = self.dir_on(
+            (0..self.roots.len())
+                .find(|&b| self.modes[b] != BranchMode::RO && self.dir_on(b, rel).is_ok())
+                .ok_or_else(|| errno(libc::EROFS))?,
+            &parent,
+        )?;
+        self.make_opaque(&pd, &name)
+    }
 }

@@ -100,13 +100,14 @@ pub fn rename(
     Ok(())
 }
 
-/// Copy-on-write, before a rename: a directory that an RO branch also has cannot move as a
-/// whole yet (its lower entries would stay behind): EXDEV, which `mv` answers by copying. A
-/// whiteout at the destination on an RW branch goes (a directory cannot replace it).
+/// Copy-on-write, before a rename: a directory that an RO branch also has is copied up whole
+/// and made opaque (its lower entries would otherwise stay behind), so the rename never
+/// answers EXDEV. A whiteout at the destination on an RW branch goes (a directory cannot
+/// replace it).
 fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
     let src = fs.search(Func::Getattr, &n.old_rel)?;
     if src.st.st_mode & libc::S_IFMT == libc::S_IFDIR && fs.lower_has(&n.old_rel) {
-        return Err(errno(libc::EXDEV));
+        fs.copy_up_tree(&n.old_rel)?;
     }
     for b in (0..fs.roots.len()).filter(|&b| fs.modes[b] != BranchMode::RO) {
         if let Ok(d) = fs.dir_on(b, &n.new_parent) {
