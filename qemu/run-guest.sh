@@ -4,7 +4,7 @@
 #   qemu/run-guest.sh --socket /tmp/u.sock [--tag share] [--queue-size 1024] [--mem 512M]
 #                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
-#                     [--extra-initrd archive.cpio]...
+#                     [--extra-initrd archive.cpio]... [--no-initrd]
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -17,7 +17,9 @@
 # archive appended to the initrd; the guest's /init (qemu/init) runs it with /mnt as working
 # directory and prints "=== SCENARIO EXIT <status> ===" before powering off. Each
 # --extra-initrd archive (uncompressed newc cpio, e.g. scripts/build-pjdfstest-initrd.sh's) is
-# appended the same way, so its files are in the guest's root filesystem.
+# appended the same way, so its files are in the guest's root filesystem. With --no-initrd the
+# kernel boots straight from the share (--append 'root=share rootfstype=virtiofs rw init=…'):
+# no initramfs, so --script and --extra-initrd do not apply.
 #
 # QEMU flags, and why:
 #   -accel tcg                 software emulation: nested KVM is not available on our machines.
@@ -42,7 +44,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
-socket="" tag=share queue_size=1024 mem=512M smp=1 script="" append="" kernel="" initrd=""
+socket="" tag=share queue_size=1024 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --kernel) kernel=$2; shift 2 ;;
     --initrd) initrd=$2; shift 2 ;;
     --extra-initrd) extras+=("$2"); shift 2 ;;
+    --no-initrd) noinitrd=1; shift ;;
     -h | --help) usage 0 ;;
     *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -67,9 +70,9 @@ command -v qemu-system-x86_64 >/dev/null ||
     { echo "run-guest.sh: qemu-system-x86_64 not found: run scripts/install-deps.sh" >&2; exit 2; }
 
 [ -n "$kernel" ] || kernel=$("$root/scripts/fetch-kernel.sh")
-[ -n "$initrd" ] || initrd=$("$root/scripts/build-initramfs.sh")
+[ -n "$initrd" ] || [ $noinitrd -eq 1 ] || initrd=$("$root/scripts/build-initramfs.sh")
 
-if [ -n "$script" ] || [ ${#extras[@]} -gt 0 ]; then
+if [ $noinitrd -eq 0 ] && { [ -n "$script" ] || [ ${#extras[@]} -gt 0 ]; }; then
     # initrd = generic initramfs + the extra archives + a cpio archive holding /scenario.sh.
     combined=$(mktemp --tmpdir uvfs-initrd.XXXXXX)
     stage=$(mktemp -d --tmpdir uvfs-scenario.XXXXXX)
@@ -95,13 +98,15 @@ if [ -n "$script" ] || [ ${#extras[@]} -gt 0 ]; then
     [ -z "$script" ] || append="uvfs.scenario=1 $append"
 fi
 
+initrd_args=()
+[ $noinitrd -eq 1 ] || initrd_args=(-initrd "$initrd")
 exec qemu-system-x86_64 \
     -accel tcg -cpu max -smp "$smp" \
     -m "$mem" \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
     -chardev "socket,id=fs0,path=$socket" \
     -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size" \
-    -kernel "$kernel" -initrd "$initrd" \
+    -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \
     -no-reboot

@@ -24,6 +24,7 @@ declare -A probe=(
     [uidmap]=/usr/bin/newuidmap
     [xfsprogs]=/usr/sbin/xfs_io
     [e2fsprogs]=/usr/bin/lsattr
+    [debootstrap]=/usr/sbin/debootstrap
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

@@ -384,6 +384,7 @@ fn make_base(b: &Path) {
     fs::create_dir_all(b.join("var/lib/dpkg")).unwrap();
     fs::create_dir_all(b.join("empty")).unwrap();
     fs::write(b.join("var/lib/dpkg/status"), "Package: base\n").unwrap();
+    fs::write(b.join("var/lib/dpkg/available"), "old backup\n").unwrap();
     fs::write(b.join("usr/share/doc/README"), "docs").unwrap();
     fs::write(b.join("usr/share/doc/COPYING"), "gpl").unwrap();
     fs::write(b.join("top"), "top").unwrap();
@@ -449,6 +450,9 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
         Create("var/lib/dpkg/status", "Package: rewritten\n"),
         Rmdir("var/lib"),
         Create("top", "again"),
+        // dpkg's backup: the old copy unlinked, the new one linked in its place.
+        Unlink("var/lib/dpkg/available"),
+        Link("var/lib/dpkg/status", "var/lib/dpkg/available"),
     ];
     let lower_a = Tmpfs::new("8M");
     let lower_b = Tmpfs::new("8M");

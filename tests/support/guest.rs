@@ -137,6 +137,9 @@ pub struct Guest {
     pub smp: u32,
     /// Uncompressed cpio archives appended to the initramfs (extra programs for the guest).
     pub extra_initrd: Vec<PathBuf>,
+    /// Boot without an initramfs, from the share itself (`append` says `root=… init=…`); the
+    /// scenario is then not used.
+    pub no_initrd: bool,
 }
 
 impl Default for Guest {
@@ -150,6 +153,7 @@ impl Default for Guest {
             kernel_suite: None,
             smp: 1,
             extra_initrd: Vec::new(),
+            no_initrd: false,
         }
     }
 }
@@ -482,10 +486,16 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
                 .kernel_suite
                 .map_or_else(|| images.kernel.clone(), kernel_from),
         )
-        .arg("--initrd")
-        .arg(&images.initrd)
-        .arg("--script")
-        .arg(&script)
+        .args(if guest.no_initrd {
+            vec![std::ffi::OsString::from("--no-initrd")]
+        } else {
+            vec![
+                "--initrd".into(),
+                images.initrd.clone().into_os_string(),
+                "--script".into(),
+                script.clone().into_os_string(),
+            ]
+        })
         .args(["--append", &guest.append])
         // Any temporary file run-guest.sh makes lands in `work`, removed with it.
         .env("TMPDIR", work.path());

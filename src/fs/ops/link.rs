@@ -79,6 +79,11 @@ fn link_on_branches(
             let nd = fs
                 .dir_on(f.branch, new_parent)
                 .map_err(|_| errno(libc::EXDEV))?;
+            if fs.cfg.opts.cow {
+                // Copy-on-write: a whiteout at the new name goes (dpkg links status to
+                // status-old right after unlinking the old backup).
+                fs.remove_whiteout(f.branch, &nd, newname)?;
+            }
             let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             Ok::<_, io::Error>(rustix::fs::linkat(
                 &od,
