@@ -80,7 +80,11 @@ fn a_debian_root_on_copy_on_write_layers_installs_a_package_and_leaves_the_base_
     let out = Command::new(guest::repo_root().join("scripts/build-debian-base.sh"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cache = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
 
     let base = Tmpfs::new("1G");
@@ -161,9 +165,15 @@ fn a_debian_root_on_copy_on_write_layers_installs_a_package_and_leaves_the_base_
         only_guest.is_empty() && only_host.is_empty(),
         "guest and overlayfs differ:\nonly in the guest: {only_guest:#?}\nonly on the host: {only_host:#?}"
     );
-    assert!(listed.len() > 5000, "a whole Debian tree: {} lines", listed.len());
+    assert!(
+        listed.len() > 5000,
+        "a whole Debian tree: {} lines",
+        listed.len()
+    );
     // The package is installed, in the upper layer only.
     assert!(upper.join("usr/bin/uvfs-hello").exists());
     assert!(!base.path().join("usr/bin/uvfs-hello").exists());
-    assert!(listed.iter().any(|l| l.starts_with("./etc/alternatives/uvfs-greet|l|")));
+    assert!(listed
+        .iter()
+        .any(|l| l.starts_with("./etc/alternatives/uvfs-greet|l|")));
 }

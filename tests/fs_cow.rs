@@ -105,6 +105,8 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     fs::create_dir_all(b.join("tree/a/b")).unwrap();
     fs::write(b.join("tree/a/b/leaf"), "leaf").unwrap();
     fs::write(b.join("tree/top"), "t").unwrap();
+    fs::write(b.join("hard1"), "linked").unwrap();
+    fs::hard_link(b.join("hard1"), b.join("hard2")).unwrap();
     let before = tree(b);
     let upper = top.0.path().join("upper");
     let work = top.0.path().join("work");
@@ -179,6 +181,51 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     // A file deleted and made again.
     u.unlink(&ctx(), ROOT_ID, &c("recreated")).unwrap();
     create_file(&u, ROOT_ID, "recreated", b"new").unwrap();
+    // Hard links of the base stay one file: a write through one name is seen through the
+    // other, and both names are linked in the upper layer.
+    let h1 = walk(&u, "hard1").unwrap();
+    let (fh, _, _) = u
+        .open(
+            &ctx(),
+            h1.inode,
+            (libc::O_WRONLY | libc::O_APPEND) as u32,
+            0,
+        )
+        .unwrap();
+    let mut r = fsharness::SliceReader(b" twice".to_vec(), 0);
+    u.write(
+        &ctx(),
+        h1.inode,
+        fh.unwrap(),
+        &mut r,
+        6,
+        6,
+        None,
+        false,
+        0,
+        0,
+    )
+    .unwrap();
+    let h2 = walk(&u, "hard2").unwrap();
+    assert_eq!(read_file(&u, h2.inode).unwrap(), b"linked twice");
+    let mut a2 = h2.attr;
+    a2.st_mode = libc::S_IFREG | 0o640;
+    u.setattr(
+        &ctx(),
+        h2.inode,
+        a2,
+        None,
+        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
+    )
+    .unwrap();
+    let (m1, m2) = (
+        fs::metadata(upper.join("hard1")).unwrap(),
+        fs::metadata(upper.join("hard2")).unwrap(),
+    );
+    assert_eq!(
+        (m1.ino(), m1.nlink(), m1.mode() & 0o777),
+        (m2.ino(), 2, 0o640)
+    );
     // A base file renamed: the old name is whited out.
     u.rename(
         &ctx(),

@@ -102,10 +102,18 @@ impl UnionFs {
         let dir_fd = self.dir_on(dir.branch, &parent)?;
         let kind = f.st.st_mode & libc::S_IFMT;
         match kind {
+            libc::S_IFREG
+                if f.st.st_nlink > 1 && self.link_to_copy(f, dir.branch, &dir_fd, &name)? => {}
             libc::S_IFREG => {
                 let fd = std::sync::Arc::try_unwrap(f.fd.clone()).or_else(|a| a.try_clone())?;
                 let tmp = super::movefile::copy_to_temp(&fd, &f.st, &dir_fd, "copyup")?;
                 rustix::fs::renameat(&dir_fd, &tmp, &dir_fd, &name)?;
+                if f.st.st_nlink > 1 {
+                    self.copied_up
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert((f.st.st_dev, f.st.st_ino), (dir.branch, rel.to_owned()));
+                }
             }
             libc::S_IFDIR => {
                 self.clone_path(f.branch, dir.branch, rel)?;
@@ -272,5 +280,56 @@ impl UnionFs {
             &parent,
         )?;
         self.make_opaque(&pd, &name)
+    }
+
+    /// A hard-linked base file whose other name was already copied up to `branch`: links
+    /// `name` in `dir` to that copy, so the names stay one file; whether it did.
+    fn link_to_copy(
+        &self,
+        f: &Found,
+        branch: usize,
+        dir: &impl AsFd,
+        name: &CStr,
+    ) -> io::Result<bool> {
+        let known = self
+            .copied_up
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(f.st.st_dev, f.st.st_ino))
+            .cloned();
+        let Some((b, other)) = known else {
+            return Ok(false);
+        };
+        if b != branch {
+            return Ok(false);
+        }
+        let Some(copy) = self.find_on(b, &other) else {
+            return Ok(false);
+        };
+        self.remove_whiteout(branch, dir, name)?;
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            beneath::proc_path(copy.fd.as_fd()),
+            dir,
+            name,
+            AtFlags::SYMLINK_FOLLOW,
+        )?;
+        Ok(true)
+    }
+
+    /// A hard-linked base file found at a lower `f` whose other name was copied up: the copy,
+    /// so that every name shows the one file (the lookup of the other name on the base would
+    /// show its old content).
+    pub(crate) fn copied_instead(&self, f: &Found) -> Option<Found> {
+        if f.st.st_nlink < 2 || f.st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let (b, other) = self
+            .copied_up
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(f.st.st_dev, f.st.st_ino))
+            .cloned()?;
+        self.find_on(b, &other)
     }
 }

@@ -98,6 +98,9 @@ pub struct UnionFs {
     locks: ops::lock::LockOwners,
     /// Serializes `moveonenospc` moves.
     moves: std::sync::Mutex<()>,
+    /// Copy-on-write: where each hard-linked base file was copied up (base (dev, ino) to its
+    /// upper branch and path), so that its other names are linked to that copy.
+    copied_up: std::sync::Mutex<std::collections::HashMap<(u64, u64), (usize, std::ffi::CString)>>,
     /// Entries all open directory listings may hold together.
     listings: readdir_snapshot::ListingBudget,
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
@@ -193,6 +196,7 @@ impl UnionFs {
             handles: HandleTable::default(),
             locks: Default::default(),
             moves: Default::default(),
+            copied_up: Default::default(),
             fd_budget: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })

@@ -424,11 +424,20 @@ impl UnionFs {
                 }
             }
         }
-        Ok(Some(Found {
+        let found = Found {
             branch,
             fd: Arc::new(fd),
             st,
-        }))
+        };
+        // Copy-on-write: another name of this base file was copied up; this name is linked
+        // to that copy too, so that every name shows (and keeps, on disk) the one file.
+        if self.cfg.opts.cow
+            && self.modes[branch] == crate::union::BranchMode::RO
+            && self.copied_instead(&found).is_some()
+        {
+            return self.copy_up(rel, &found).map(Some);
+        }
+        Ok(Some(found))
     }
 
     /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
