@@ -53,10 +53,7 @@ if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
     chmod 755 "$w"
     mkdir -p "$w/opt/bench/bin"
     for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
-    for lib in $(for f in /usr/bin/fio /usr/bin/date; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
-        mkdir -p "$w$(dirname "$lib")"
-        cp -L "$lib" "$w$lib"
-    done
+    copy_libs "$w" /usr/bin/fio /usr/bin/date
     tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
     (cd "$w" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
         cpio --null -o -H newc --owner=0:0 --quiet) >"$bench_cpio"

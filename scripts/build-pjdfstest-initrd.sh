@@ -38,10 +38,7 @@ install -m 755 "$bin" "$work/bin/pjdfstest"
 mkdir -p "$work/usr/bin"
 install -m 755 /usr/bin/sleep "$work/usr/bin/sleep"
 # The dynamic loader and every library ldd names, at the same absolute paths.
-for lib in $(for f in "$bin" /usr/bin/sleep; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
-    mkdir -p "$work$(dirname "$lib")"
-    cp -L "$lib" "$work$lib"
-done
+copy_libs "$work" "$bin" /usr/bin/sleep
 install -m 644 "$conf/passwd" "$work/etc/passwd"
 install -m 644 "$conf/group" "$work/etc/group"
 install -m 644 "$conf/pjdfstest.toml" "$work/etc/pjdfstest.toml"

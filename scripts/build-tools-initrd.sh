@@ -30,10 +30,7 @@ mkdir -p "$work/opt/tools/bin"
 for p in "${progs[@]}"; do
     install -m 755 "$p" "$work/opt/tools/bin/$(basename "$p")"
 done
-for lib in $(for f in "${progs[@]}"; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
-    mkdir -p "$work$(dirname "$lib")"
-    cp -L "$lib" "$work$lib"
-done
+copy_libs "$work" "${progs[@]}"
 mkdir -p "$UVFS_GUEST_CACHE"
 (cd "$work" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
     cpio --null -o -H newc --owner=0:0 --quiet) >"$out.tmp"

@@ -44,3 +44,14 @@ apt_update_once() {
         apt_updated=1
     fi
 }
+
+# copy_libs DEST PROG...: copies the shared libraries PROG... load (ldd) into DEST, at the same
+# paths, for a guest archive.
+copy_libs() {
+    local dest=$1 lib
+    shift
+    for lib in $(for f in "$@"; do ldd "$f"; done | grep -o '/[^ ]*' | sort -u); do
+        mkdir -p "$dest$(dirname "$lib")"
+        cp -L "$lib" "$dest$lib"
+    done
+}

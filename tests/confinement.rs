@@ -7,6 +7,8 @@
 
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/users.rs"]
+mod users;
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -280,52 +282,10 @@ fn the_chroot_sandbox_roots_the_daemon_in_its_own_descriptors_and_serves() {
     );
 }
 
-/// The ids of the test user the host set-up made (scripts/install-deps.sh).
-fn test_user() -> (u32, u32) {
-    let out = std::process::Command::new("id")
-        .args(["-u", "uvfs-test"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "no user uvfs-test: run scripts/install-deps.sh"
-    );
-    let uid = String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let out = std::process::Command::new("id")
-        .args(["-g", "uvfs-test"])
-        .output()
-        .unwrap();
-    let gid = String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    (uid, gid)
-}
-
-/// The first subordinate id of uvfs-test in /etc/subuid or /etc/subgid.
-fn subordinate(file: &str) -> u32 {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("uvfs-test:")?
-                .split(':')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("uvfs-test has no range in {file}"))
-}
-
 #[test]
 fn an_unprivileged_daemon_maps_ids_in_its_user_namespace() {
-    let (uid, gid) = test_user();
-    let (sub_u, sub_g) = (subordinate("/etc/subuid"), subordinate("/etc/subgid"));
+    let user = users::uvfs_test();
+    let (uid, gid, sub_u, sub_g) = (user.uid, user.gid, user.sub_uid, user.sub_gid);
     let work = tempfile::tempdir().unwrap();
     let branch = work.path().join("b");
     std::fs::create_dir(&branch).unwrap();

@@ -8,6 +8,8 @@
 mod guest;
 #[path = "support/tmpfs.rs"]
 mod tmpfs;
+#[path = "support/users.rs"]
+mod users;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -108,43 +110,10 @@ fn root_daemon_serves_the_guest_in_every_sandbox_mode() {
     }
 }
 
-/// uvfs-test's uid and gid, and the first of its subordinate uids and gids (made by
-/// scripts/install-deps.sh).
-fn test_user() -> (u32, u32, u32, u32) {
-    let id = |flag: &str| -> u32 {
-        let out = std::process::Command::new("id")
-            .args([flag, "uvfs-test"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "no user uvfs-test: run scripts/install-deps.sh"
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let sub = |file: &str| -> u32 {
-        std::fs::read_to_string(file)
-            .unwrap()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("uvfs-test:")?
-                    .split(':')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("uvfs-test has no range in {file}"))
-    };
-    (id("-u"), id("-g"), sub("/etc/subuid"), sub("/etc/subgid"))
-}
-
 #[test]
 fn unprivileged_daemon_with_an_id_map_serves_the_guest() {
-    let (uid, gid, sub_u, sub_g) = test_user();
+    let user = users::uvfs_test();
+    let (uid, gid, sub_u, sub_g) = (user.uid, user.gid, user.sub_uid, user.sub_gid);
     let t = prepared_branch();
     std::os::unix::fs::chown(t.path(), Some(uid), Some(gid)).unwrap();
     std::os::unix::fs::chown(t.path().join("from-host"), Some(uid), Some(gid)).unwrap();

@@ -7,6 +7,8 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/users.rs"]
+mod users;
 
 #[path = "support/signal.rs"]
 mod signal;
@@ -133,19 +135,9 @@ fn libvirt_session_mode_readonly() {
     )
     .unwrap();
     let dir = d.path().to_str().unwrap();
-    let id = |flag: &str| -> String {
-        let out = std::process::Command::new("id")
-            .args([flag, "uvfs-test"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "no user uvfs-test: run scripts/install-deps.sh"
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
-    let uid_map = format!("--uid-map=:0:{}:1:", id("-u"));
-    let gid_map = format!("--gid-map=:0:{}:1:", id("-g"));
+    let user = users::uvfs_test();
+    let uid_map = format!("--uid-map=:0:{}:1:", user.uid);
+    let gid_map = format!("--gid-map=:0:{}:1:", user.gid);
     let d_bin = daemon();
     let args = [
         "--reuid=uvfs-test",

@@ -81,6 +81,18 @@ impl UnionFs {
         Ok(false)
     }
 
+    /// Directory `parent` on the writable layer the create policy picks (cloned there from
+    /// the base if missing), with a descriptor of it.
+    fn upper_dir(&self, parent: &CStr) -> io::Result<(Found, std::os::fd::OwnedFd)> {
+        let dir = self
+            .create_targets(Func::Create, parent)?
+            .into_iter()
+            .find(|d| self.modes[d.branch] != BranchMode::RO)
+            .ok_or_else(|| errno(libc::EROFS))?;
+        let fd = self.dir_on(dir.branch, parent)?;
+        Ok((dir, fd))
+    }
+
     /// Whether any RO branch still shows `rel` (so deleting it needs a whiteout).
     pub(crate) fn lower_has(&self, rel: &CStr) -> bool {
         (0..self.roots.len())
@@ -94,12 +106,7 @@ impl UnionFs {
     /// empty (their entries stay below, merged); symlinks keep their target.
     pub(crate) fn copy_up(&self, rel: &CStr, f: &Found) -> io::Result<Found> {
         let (parent, name) = split_parent(rel);
-        let dir = self
-            .create_targets(Func::Create, &parent)?
-            .into_iter()
-            .find(|d| self.modes[d.branch] != BranchMode::RO)
-            .ok_or_else(|| errno(libc::EROFS))?;
-        let dir_fd = self.dir_on(dir.branch, &parent)?;
+        let (dir, dir_fd) = self.upper_dir(&parent)?;
         let kind = f.st.st_mode & libc::S_IFMT;
         match kind {
             libc::S_IFREG
@@ -179,12 +186,7 @@ impl UnionFs {
             return Ok(());
         }
         let (parent, name) = split_parent(rel);
-        let dir = self
-            .create_targets(Func::Create, &parent)?
-            .into_iter()
-            .find(|d| self.modes[d.branch] != BranchMode::RO)
-            .ok_or_else(|| errno(libc::EROFS))?;
-        let dir_fd = self.dir_on(dir.branch, &parent)?;
+        let (dir, dir_fd) = self.upper_dir(&parent)?;
         match rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::EXIST)

@@ -119,6 +119,29 @@ impl Inner {
         self.reap(entry.0);
     }
 
+    /// A new node bound to `found`, with one guest lookup and no name yet; ENFILE when that
+    /// would make more than `max_nodes`.
+    fn new_node(&mut self, found: Bind, max_nodes: usize) -> io::Result<u64> {
+        if self.nodes.len() >= max_nodes {
+            return Err(err(libc::ENFILE));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.nodes.insert(
+            id,
+            Node {
+                names: Vec::new(),
+                lookups: 1,
+                children: 0,
+                key: Some(found.key),
+                is_dir: found.is_dir,
+                stamp: None,
+                bound: Some((found.branch, found.fd)),
+            },
+        );
+        Ok(id)
+    }
+
     /// Frees `id` if unused, then any parent that became unused.
     fn reap(&mut self, id: u64) {
         let mut work = vec![id];
@@ -264,24 +287,9 @@ impl InodeTable {
                 return Ok(id);
             }
         }
-        if inner.nodes.len() >= max_nodes {
-            return Err(err(libc::ENFILE));
-        }
-        let id = inner.next_id;
-        inner.next_id += 1;
-        inner.nodes.insert(
-            id,
-            Node {
-                names: Vec::new(),
-                lookups: 1,
-                children: 0,
-                key: Some(found.key),
-                is_dir: found.is_dir,
-                stamp: None,
-                bound: Some((found.branch, found.fd)),
-            },
-        );
-        inner.by_key.entry(found.key).or_insert(id);
+        let key = found.key;
+        let id = inner.new_node(found, max_nodes)?;
+        inner.by_key.entry(key).or_insert(id);
         inner.add_name(entry, id);
         Ok(id)
     }
@@ -304,24 +312,9 @@ impl InodeTable {
     /// when that would make more than `max_nodes`. A later LINK names it.
     pub fn insert_unnamed(&self, found: Bind, max_nodes: usize) -> io::Result<u64> {
         let mut inner = self.inner.write().unwrap();
-        if inner.nodes.len() >= max_nodes {
-            return Err(err(libc::ENFILE));
-        }
-        let id = inner.next_id;
-        inner.next_id += 1;
-        inner.nodes.insert(
-            id,
-            Node {
-                names: Vec::new(),
-                lookups: 1,
-                children: 0,
-                key: Some(found.key),
-                is_dir: found.is_dir,
-                stamp: None,
-                bound: Some((found.branch, found.fd)),
-            },
-        );
-        inner.by_key.insert(found.key, id);
+        let key = found.key;
+        let id = inner.new_node(found, max_nodes)?;
+        inner.by_key.insert(key, id);
         Ok(id)
     }
 
