@@ -344,6 +344,40 @@ fn setattr_truncate_chmod_utimens_and_io_ops() {
 }
 
 #[test]
+fn posix_acl_xattrs_are_refused_and_change_nothing() {
+    // No FUSE_POSIX_ACL: an ACL set with the daemon's credentials would keep the set-group-ID
+    // bit that the kernel clears for a caller outside the file's group.
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    let e = create_file(&f.fs, ROOT_ID, "sgid", b"").unwrap();
+    let host = f.a.path().join("sgid");
+    fs::set_permissions(&host, fs::Permissions::from_mode(0o2775)).unwrap();
+    // A minimal ACL (version 2, user::rwx, group::rwx, other::r-x) as the kernel encodes it.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm) in [(0x01u16, 7u16), (0x04, 7), (0x20, 5)] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&u32::MAX.to_le_bytes());
+    }
+    let mut caller = ctx();
+    (caller.uid, caller.gid) = (1000, 1000);
+    for name in ["system.posix_acl_access", "system.posix_acl_default"] {
+        assert_eq!(
+            errno_of(f.fs.setxattr(&caller, e.inode, &c(name), &acl, 0)),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno_of(f.fs.removexattr(&caller, e.inode, &c(name))),
+            libc::EOPNOTSUPP
+        );
+    }
+    assert_eq!(
+        fs::metadata(&host).unwrap().permissions().mode() & 0o7777,
+        0o2775
+    );
+}
+
+#[test]
 fn xattrs_pass_through() {
     let f = fixture();
     let e = create_file(&f.fs, ROOT_ID, "x", b"").unwrap();

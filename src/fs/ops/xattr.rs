@@ -95,8 +95,20 @@ fn each_copy(
     fold.result_all()
 }
 
+/// POSIX ACLs are not offered (FUSE_POSIX_ACL is never negotiated, so the guest kernel checks
+/// mode bits only and refuses ACL xattrs itself). A guest that sends them anyway is refused
+/// too: set with the daemon's credentials they would skip the kernel's clearing of
+/// set-group-ID for a caller outside the file's group.
+fn refuse_acl(name: &CStr) -> io::Result<()> {
+    if name.to_bytes().starts_with(b"system.posix_acl_") {
+        return Err(errno(libc::EOPNOTSUPP));
+    }
+    Ok(())
+}
+
 /// Sets `name` on every writable copy.
 pub fn setxattr(fs: &UnionFs, inode: u64, name: &CStr, value: &[u8], flags: u32) -> io::Result<()> {
+    refuse_acl(name)?;
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
     each_copy(fs, Func::Setxattr, inode, |p| {
         Ok(rustix::fs::setxattr(p, name, value, flags)?)
@@ -105,6 +117,7 @@ pub fn setxattr(fs: &UnionFs, inode: u64, name: &CStr, value: &[u8], flags: u32)
 
 /// Removes `name` from every writable copy.
 pub fn removexattr(fs: &UnionFs, inode: u64, name: &CStr) -> io::Result<()> {
+    refuse_acl(name)?;
     each_copy(fs, Func::Removexattr, inode, |p| {
         Ok(rustix::fs::removexattr(p, name)?)
     })
