@@ -9,7 +9,8 @@ use std::cell::RefCell;
 use std::mem::size_of;
 use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
 use fuse_backend_rs::api::filesystem::FileSystem;
@@ -39,7 +40,8 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     server: Server<Arc<F>>,
     max_pages: u16,
     pub(super) page_size: usize,
-    limits: Mutex<Negotiated>,
+    /// [`Negotiated`] packed ([`Negotiated::pack`]).
+    limits: AtomicU64,
     /// Requests waiting without bound (SETLKW), for FUSE_INTERRUPT and session ends.
     pub(super) waiters: Waiters,
     /// INIT flags fuse-backend-rs has no name for, enabled when the guest offers them.
@@ -136,7 +138,7 @@ where
             fs,
             max_pages,
             page_size,
-            limits: Mutex::new(Negotiated::upper_bound(max_pages, page_size)),
+            limits: AtomicU64::new(Negotiated::upper_bound(max_pages, page_size).pack()),
             raw_init_flags: 0,
             waiters: Waiters::default(),
         }
@@ -154,7 +156,7 @@ where
 
     /// The limits currently in force (after INIT: what the guest was told).
     pub fn limits(&self) -> Negotiated {
-        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
+        Negotiated::unpack(self.limits.load(Ordering::Acquire))
     }
 
     /// The wrapped filesystem, for assertions in tests.
@@ -167,8 +169,10 @@ where
     pub fn reset(&self) {
         self.waiters.interrupt_all();
         self.fs.destroy();
-        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) =
-            Negotiated::upper_bound(self.max_pages, self.page_size);
+        self.limits.store(
+            Negotiated::upper_bound(self.max_pages, self.page_size).pack(),
+            Ordering::Release,
+        );
     }
 
     /// Serves the request in `chain`, arriving on a queue of `queue_size` entries. Returns the
@@ -338,7 +342,7 @@ where
             "negotiated max_pages={} max_write={} (queue size {}, --max-pages {})",
             negotiated.max_pages, negotiated.max_write, queue_size, self.max_pages
         );
-        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = negotiated;
+        self.limits.store(negotiated.pack(), Ordering::Release);
         reply_ok(&mut w, hdr.unique, init::reply_bytes(&out, arg.minor))
     }
 }

@@ -31,6 +31,20 @@ pub struct Negotiated {
 }
 
 impl Negotiated {
+    /// Both limits in one word, for an atomic (they change only at INIT and reset, and READ
+    /// and WRITE read them on every request: no lock there).
+    pub fn pack(self) -> u64 {
+        (u64::from(self.max_pages) << 32) | u64::from(self.max_write)
+    }
+
+    /// The limits [`Negotiated::pack`] stored.
+    pub fn unpack(v: u64) -> Self {
+        Negotiated {
+            max_pages: (v >> 32) as u16,
+            max_write: v as u32,
+        }
+    }
+
     /// The limits in force before INIT: the most any INIT could grant.
     pub fn upper_bound(max_pages: u16, page_size: usize) -> Self {
         Negotiated {
@@ -253,6 +267,27 @@ mod tests {
         assert_ne!(u64::from(out.flags) & FsOptions::INIT_EXT.bits(), 0);
         assert_eq!(out.max_pages, 32);
         assert_eq!(out.max_write, 32 * 4096);
+    }
+
+    #[test]
+    fn limits_pack_into_one_word_and_back() {
+        for n in [
+            Negotiated {
+                max_pages: 1020,
+                max_write: 1020 * 4096,
+            },
+            Negotiated {
+                max_pages: 32,
+                max_write: 4096,
+            },
+            Negotiated {
+                max_pages: u16::MAX,
+                max_write: u32::MAX,
+            },
+        ] {
+            let back = Negotiated::unpack(n.pack());
+            assert_eq!((back.max_pages, back.max_write), (n.max_pages, n.max_write));
+        }
     }
 
     #[test]
