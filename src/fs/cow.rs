@@ -127,7 +127,7 @@ impl UnionFs {
             }
             libc::S_IFLNK => {
                 let target = rustix::fs::readlinkat(f.fd.as_fd(), c"", Vec::new())?;
-                self.remove_whiteout(dir.branch, &dir_fd, &name)?;
+                self.remove_whiteout(&dir_fd, &name)?;
                 rustix::fs::symlinkat(&target, &dir_fd, &name)?;
                 let _ = rustix::fs::chownat(
                     &dir_fd,
@@ -138,7 +138,7 @@ impl UnionFs {
                 );
             }
             _ => {
-                self.remove_whiteout(dir.branch, &dir_fd, &name)?;
+                self.remove_whiteout(&dir_fd, &name)?;
                 rustix::fs::mknodat(
                     &dir_fd,
                     &name,
@@ -161,15 +161,8 @@ impl UnionFs {
         Ok(up)
     }
 
-    /// Removes a whiteout named `name` in `dir` on `branch`, if there is one; whether there
-    /// was.
-    pub(crate) fn remove_whiteout(
-        &self,
-        branch: usize,
-        dir: &impl AsFd,
-        name: &CStr,
-    ) -> io::Result<bool> {
-        let _ = branch;
+    /// Removes a whiteout named `name` in `dir`, if there is one; whether there was.
+    pub(crate) fn remove_whiteout(&self, dir: &impl AsFd, name: &CStr) -> io::Result<bool> {
         match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if is_whiteout(&st) => {
                 rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
@@ -186,26 +179,18 @@ impl UnionFs {
             return Ok(());
         }
         let (parent, name) = split_parent(rel);
-        let (dir, dir_fd) = self.upper_dir(&parent)?;
+        let (_, dir_fd) = self.upper_dir(&parent)?;
         match rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0) {
             Ok(()) => Ok(()),
-            Err(rustix::io::Errno::EXIST)
-                if self.remove_whiteout(dir.branch, &dir_fd, &name)? =>
-            {
-                Ok(rustix::fs::mknodat(
-                    &dir_fd,
-                    &name,
-                    FileType::CharacterDevice,
-                    Mode::empty(),
-                    0,
-                )?)
-            }
+            Err(rustix::io::Errno::EXIST) if self.remove_whiteout(&dir_fd, &name)? => Ok(
+                rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0)?,
+            ),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Before making `name` in directory `dir` on upper `branch`: removes a whiteout there.
-    /// For a directory made over one, marks it opaque afterwards (see [`UnionFs::make_opaque`]).
+    /// Marks directory `name` in `dir` opaque (`trusted.overlay.opaque=y`): nothing of the
+    /// layers below shows through it (a directory made where one was deleted).
     pub(crate) fn make_opaque(&self, dir: &impl AsFd, name: &CStr) -> io::Result<()> {
         let fd = beneath::open_path(dir.as_fd(), name)?;
         Ok(rustix::fs::setxattr(
@@ -223,7 +208,7 @@ impl UnionFs {
             let Ok(d) = self.dir_on(b, rel) else { continue };
             for e in beneath::list_dir(d.as_fd())? {
                 let name = CString::new(e.name).expect("no NUL in a name");
-                self.remove_whiteout(b, &d, &name)?;
+                self.remove_whiteout(&d, &name)?;
             }
         }
         Ok(())
@@ -259,11 +244,9 @@ impl UnionFs {
     /// EXDEV there unless it records a redirect).
     pub(crate) fn copy_up_tree(&self, rel: &CStr) -> io::Result<()> {
         let f = self.search(Func::Getattr, rel)?;
-        let up = if self.modes[f.branch] == BranchMode::RO {
-            self.copy_up(rel, &f)?
-        } else {
-            f
-        };
+        if self.modes[f.branch] == BranchMode::RO {
+            self.copy_up(rel, &f)?;
+        }
         for name in self.visible_children(rel)? {
             let child = super::resolve::join(rel.to_bytes(), name.to_bytes());
             let cf = self.search(Func::Getattr, &child)?;
@@ -274,7 +257,6 @@ impl UnionFs {
             }
         }
         let (parent, name) = split_parent(rel);
-        let _ = up;
         let pd = self.dir_on(
             (0..self.roots.len())
                 .find(|&b| self.modes[b] != BranchMode::RO && self.dir_on(b, rel).is_ok())
@@ -308,7 +290,7 @@ impl UnionFs {
         let Some(copy) = self.find_on(b, &other) else {
             return Ok(false);
         };
-        self.remove_whiteout(branch, dir, name)?;
+        self.remove_whiteout(dir, name)?;
         rustix::fs::linkat(
             rustix::fs::CWD,
             beneath::proc_path(copy.fd.as_fd()),
@@ -319,19 +301,15 @@ impl UnionFs {
         Ok(true)
     }
 
-    /// A hard-linked base file found at a lower `f` whose other name was copied up: the copy,
-    /// so that every name shows the one file (the lookup of the other name on the base would
-    /// show its old content).
-    pub(crate) fn copied_instead(&self, f: &Found) -> Option<Found> {
-        if f.st.st_nlink < 2 || f.st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        let (b, other) = self
-            .copied_up
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(f.st.st_dev, f.st.st_ino))
-            .cloned()?;
-        self.find_on(b, &other)
+    /// Whether `f`, found on a base branch, is a hard-linked file another name of which was
+    /// already copied up (so this name must be linked to that copy too).
+    pub(crate) fn has_copied_alias(&self, f: &Found) -> bool {
+        f.st.st_nlink > 1
+            && f.st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && self
+                .copied_up
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&(f.st.st_dev, f.st.st_ino))
     }
 }

@@ -433,7 +433,7 @@ impl UnionFs {
         // to that copy too, so that every name shows (and keeps, on disk) the one file.
         if self.cfg.opts.cow
             && self.modes[branch] == crate::union::BranchMode::RO
-            && self.copied_instead(&found).is_some()
+            && self.has_copied_alias(&found)
         {
             return self.copy_up(rel, &found).map(Some);
         }

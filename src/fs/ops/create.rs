@@ -55,7 +55,7 @@ fn make_on_each(
     let mut first = None;
     for dir in &targets {
         // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
-        let over_whiteout = fs.cfg.opts.cow && fs.remove_whiteout(dir.branch, &*dir.fd, name)?;
+        let over_whiteout = fs.cfg.opts.cow && fs.remove_whiteout(&*dir.fd, name)?;
         let r = {
             let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             make(dir).map_err(io::Error::from)
@@ -157,7 +157,7 @@ pub fn create(
     };
     fs.check_handle_room()?;
     if fs.cfg.opts.cow {
-        fs.remove_whiteout(dir.branch, &*dir.fd, name)?;
+        fs.remove_whiteout(&*dir.fd, name)?;
     }
     let fd = {
         let _creds = creds::switch_to(ctx.uid, ctx.gid)?;

@@ -82,7 +82,7 @@ fn link_on_branches(
             if fs.cfg.opts.cow {
                 // Copy-on-write: a whiteout at the new name goes (dpkg links status to
                 // status-old right after unlinking the old backup).
-                fs.remove_whiteout(f.branch, &nd, newname)?;
+                fs.remove_whiteout(&nd, newname)?;
             }
             let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
             Ok::<_, io::Error>(rustix::fs::linkat(

@@ -111,7 +111,7 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
     }
     for b in (0..fs.roots.len()).filter(|&b| fs.modes[b] != BranchMode::RO) {
         if let Ok(d) = fs.dir_on(b, &n.new_parent) {
-            fs.remove_whiteout(b, &d, n.newname)?;
+            fs.remove_whiteout(&d, n.newname)?;
         }
     }
     Ok(())
