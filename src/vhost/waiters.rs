@@ -18,10 +18,17 @@ struct Waiter {
 /// The waiting requests.
 #[derive(Default)]
 pub(crate) struct Waiters {
-    map: Mutex<HashMap<u64, Waiter>>,
+    inner: Mutex<Inner>,
+}
+
+/// Both under one lock: a registration and an interrupt of the same request must see each
+/// other, whichever comes first.
+#[derive(Default)]
+struct Inner {
+    map: HashMap<u64, Waiter>,
     /// Interrupts that came before their request registered (the request runs on another
     /// thread and may not have started): the request is cancelled when it does.
-    early: Mutex<std::collections::VecDeque<u64>>,
+    early: std::collections::VecDeque<u64>,
 }
 
 /// How many early interrupts are remembered (a guest that interrupts requests it never sent
@@ -44,7 +51,7 @@ impl Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.waiters.lock().remove(&self.unique);
+        self.waiters.lock().map.remove(&self.unique);
     }
 }
 
@@ -53,27 +60,28 @@ const RESIGNAL: Duration = Duration::from_millis(1);
 const RESIGNAL_TRIES: u32 = 5000;
 
 impl Waiters {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiter>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Registers the calling thread as waiting for request `unique`.
     pub(crate) fn register(&self, unique: u64) -> Registration<'_> {
-        let early = {
-            let mut e = self.early.lock().unwrap_or_else(|e| e.into_inner());
-            e.iter()
-                .position(|&u| u == unique)
-                .map(|i| e.remove(i))
-                .is_some()
-        };
+        let mut inner = self.lock();
+        let early = inner
+            .early
+            .iter()
+            .position(|&u| u == unique)
+            .map(|i| inner.early.remove(i))
+            .is_some();
         let cancelled = Arc::new(AtomicBool::new(early));
-        self.lock().insert(
+        inner.map.insert(
             unique,
             Waiter {
                 thread: thread::current(),
                 cancelled: cancelled.clone(),
             },
         );
+        drop(inner);
         Registration {
             waiters: self,
             unique,
@@ -87,14 +95,13 @@ impl Waiters {
         let mut found = false;
         for _ in 0..RESIGNAL_TRIES {
             {
-                let map = self.lock();
-                let Some(w) = map.get(&unique) else {
+                let mut inner = self.lock();
+                let Some(w) = inner.map.get(&unique) else {
                     if !found {
-                        let mut e = self.early.lock().unwrap_or_else(|e| e.into_inner());
-                        if e.len() == EARLY {
-                            e.pop_front();
+                        if inner.early.len() == EARLY {
+                            inner.early.pop_front();
                         }
-                        e.push_back(unique);
+                        inner.early.push_back(unique);
                     }
                     return found;
                 };
@@ -110,7 +117,7 @@ impl Waiters {
 
     /// Interrupts every waiter (the session is over).
     pub(crate) fn interrupt_all(&self) {
-        let ids: Vec<u64> = self.lock().keys().copied().collect();
+        let ids: Vec<u64> = self.lock().map.keys().copied().collect();
         for id in ids {
             self.interrupt(id);
         }
