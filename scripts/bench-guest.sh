@@ -55,8 +55,7 @@ if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
     for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
     copy_libs "$w" /usr/bin/fio /usr/bin/date
     tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
-    (cd "$w" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
-        cpio --null -o -H newc --owner=0:0 --quiet) >"$bench_cpio"
+    pack_cpio "$w" "$bench_cpio"
     rm -rf "$w"
 fi
 

@@ -32,8 +32,6 @@ for p in "${progs[@]}"; do
 done
 copy_libs "$work" "${progs[@]}"
 mkdir -p "$UVFS_GUEST_CACHE"
-(cd "$work" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
-    cpio --null -o -H newc --owner=0:0 --quiet) >"$out.tmp"
-mv "$out.tmp" "$out"
+pack_cpio "$work" "$out"
 log "built $out ($(stat -c %s "$out") bytes)"
 echo "$out"

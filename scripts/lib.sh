@@ -55,3 +55,11 @@ copy_libs() {
         cp -L "$lib" "$dest$lib"
     done
 }
+
+# pack_cpio DIR OUT: DIR's contents (owned by root, sorted) as an uncompressed newc cpio
+# archive at OUT, written to OUT.tmp first so that a half-written archive is never cached.
+pack_cpio() {
+    (cd "$1" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
+        cpio --null -o -H newc --owner=0:0 --quiet) >"$2.tmp"
+    mv "$2.tmp" "$2"
+}

@@ -53,12 +53,7 @@ touch b-tried
 flock -x -w 60 f -c 'echo "got it after the other guest let go"'
 "#
     );
-    let (ba, bb) = (backend(t.path()), backend(t.path()));
-    let (ga, gb) = (guest(), guest());
-    let runs = guest::run_together(&[(&ba, &ga, &holder), (&bb, &gb, &other)]);
-    for r in &runs {
-        r.assert_success();
-    }
+    let runs = two_guests(t.path(), &holder, &other);
     assert!(
         runs[0].console.contains("holder released: 0"),
         "{}",
@@ -76,6 +71,18 @@ flock -x -w 60 f -c 'echo "got it after the other guest let go"'
         "{}",
         runs[1].transcript()
     );
+}
+
+/// Two guests at once, each with its own daemon over `dir`, running `first` and `second`;
+/// both must succeed.
+fn two_guests(dir: &Path, first: &str, second: &str) -> Vec<guest::GuestRun> {
+    let (ba, bb) = (backend(dir), backend(dir));
+    let (ga, gb) = (guest(), guest());
+    let runs = guest::run_together(&[(&ba, &ga, first), (&bb, &gb, second)]);
+    for r in &runs {
+        r.assert_success();
+    }
+    runs
 }
 
 /// Waits up to 120 s for `path` to exist (the guest makes it).
@@ -169,12 +176,7 @@ guest_lock f wait
 echo "waited and got it"
 "#
     );
-    let (ba, bb) = (backend(t.path()), backend(t.path()));
-    let (ga, gb) = (guest(), guest());
-    let runs = guest::run_together(&[(&ba, &ga, &holder), (&bb, &gb, &other)]);
-    for r in &runs {
-        r.assert_success();
-    }
+    let runs = two_guests(t.path(), &holder, &other);
     assert!(
         runs[0].console.contains("holder done: 0"),
         "{}",
