@@ -2,6 +2,7 @@
 # Boots the union-virtiofsd test guest against a vhost-user-fs backend that is already listening.
 #
 #   qemu/run-guest.sh --socket /tmp/u.sock [--tag share] [--queue-size 1024] [--mem 512M]
+#                     [--request-queues 1]
 #                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
 #                     [--extra-initrd archive.cpio]... [--no-initrd]
@@ -29,9 +30,11 @@
 #                              through the fds QEMU sends, so RAM must be shareable.
 #   -chardev socket,id=fs0,path=SOCK
 #                              the vhost-user control socket (the backend is the server).
-#   -device vhost-user-fs-pci,chardev=fs0,tag=TAG,queue-size=N
+#   -device vhost-user-fs-pci,chardev=fs0,tag=TAG,queue-size=N,num-request-queues=Q
 #                              the virtio-fs device; TAG is what the guest mounts; N is the request
-#                              queue size (it bounds the pages per request: max_pages <= N - 4).
+#                              queue size (it bounds the pages per request: max_pages <= N - 4);
+#                              Q request queues (a 6.11+ guest kernel spreads them over its
+#                              CPUs; the backend must offer as many: --num-request-queues Q).
 #   -kernel / -initrd / -append
 #                              direct kernel boot, no disk. console=ttyS0 sends the console to the
 #                              serial port; panic=-1 reboots at once on panic, which -no-reboot
@@ -44,7 +47,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
-socket="" tag=share queue_size=1024 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0
+socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
     --socket) socket=$2; shift 2 ;;
     --tag) tag=$2; shift 2 ;;
     --queue-size) queue_size=$2; shift 2 ;;
+    --request-queues) request_queues=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --smp) smp=$2; shift 2 ;;
     --script) script=$2; shift 2 ;;
@@ -105,7 +109,7 @@ exec qemu-system-x86_64 \
     -m "$mem" \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
     -chardev "socket,id=fs0,path=$socket" \
-    -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size" \
+    -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size,num-request-queues=$request_queues" \
     -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \

@@ -6,7 +6,12 @@
 # row: throughput rows are MB/s or ops/s, time rows are inverted). Writes the table to
 # bench-guest.md and a plot of the ratios to bench-guest.png (gnuplot) in OUT.
 #
-#   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--kernel-suite SUITE] [-- extra daemon args]
+#   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
+#                          [--fio-only] [--kernel-suite SUITE] [-- extra daemon args]
+#
+# --queues Q gives the device and union-virtiofsd Q request queues (a 6.11+ guest kernel uses
+# them: --kernel-suite trixie-backports). --versus one-queue compares union-virtiofsd with Q
+# queues against itself with one, instead of against virtiofsd (which serves one).
 #
 # Rows: fio (psync, O_DIRECT, 64 MiB file, 4 s each) seq read/write at 128 KiB, 1 MiB and
 # 4 MiB, rand read/write 4 KiB at depth 1 and with --numjobs=4; create, stat, readdir and
@@ -18,18 +23,25 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-runs=3 out="$root/.cache/bench-guest" queues=1 suite="" extra=()
+runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --queues) queues=$2; shift 2 ;;
+    --versus) versus=$2; shift 2 ;;
+    --fio-only) fio_only=1; shift ;;
     --kernel-suite) suite=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
 mkdir -p "$out"
+case $versus in
+virtiofsd) head_ours=union-virtiofsd head_theirs="virtiofsd 1.14" ;;
+one-queue) head_ours="union-virtiofsd, $queues queues" head_theirs="union-virtiofsd, 1 queue" ;;
+*) die "--versus: virtiofsd or one-queue, not $versus" ;;
+esac
 
 vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
 if [ ! -x "$vfsd" ]; then
@@ -60,7 +72,8 @@ if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
 fi
 
 scenario="$out/scenario.sh"
-cat >"$scenario" <<'EOF'
+echo "FIO_ONLY=$fio_only" >"$scenario"
+cat >>"$scenario" <<'EOF'
 B=/opt/bench/bin
 now() { $B/date +%s.%N; }
 # fio BS RW [JOBS]: prints MB/s (sum over jobs) from the terse output.
@@ -85,6 +98,7 @@ fio_row rand-write-4k 4k randwrite
 fio_row rand-read-4k-x4 4k randread 4
 fio_row rand-write-4k-x4 4k randwrite 4
 rm -f /mnt/fio.dat
+[ "$FIO_ONLY" = 0 ] || exit 0
 # ops/s of a timed shell step over N items.
 rate() { awk "BEGIN {printf \"%.1f\", $2 / ($4 - $3)}" ; }
 mkdir /mnt/m && cd /mnt/m
@@ -111,7 +125,7 @@ EOF
 # One guest run against backend command "$@" ({socket} and {dir} replaced); appends
 # "name value" lines to $results.
 run_one() {
-    local label=$1; shift
+    local label=$1 rq=$2; shift 2
     local dir sock log console pid a
     dir=$(mktemp -d /tmp/uvfs-bench.XXXXXX)
     mount -t tmpfs -o size=1G tmpfs "$dir"
@@ -124,7 +138,7 @@ run_one() {
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || die "$label: no socket"
-    bash qemu/run-guest.sh --socket "$sock" --smp 2 --mem 1G --kernel "$kernel" \
+    bash qemu/run-guest.sh --socket "$sock" --request-queues "$rq" --smp 2 --mem 1G --kernel "$kernel" \
         --initrd "$initrd" --extra-initrd "$bench_cpio" --script "$scenario" >"$console" 2>&1 || true
     # The daemon exits when the guest's QEMU goes; if not, stop it.
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
@@ -150,15 +164,17 @@ for i in $(seq "$runs"); do
     for who in "${order[@]}"; do
         log "run $i/$runs: $who"
         if [ "$who" = ours ]; then
-            run_one ours "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${qargs[@]}" "${extra[@]}"
+            run_one ours "$queues" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${qargs[@]}" "${extra[@]}"
+        elif [ "$versus" = one-queue ]; then
+            run_one theirs 1 "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${extra[@]}"
         else
-            run_one theirs "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${qargs[@]}"
+            run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}'
         fi
     done
 done
 
 # Medians and ratios; rows where less is better (CPU, RSS) are inverted so that > 1 is ours ahead.
-awk '
+awk -v ho="$head_ours" -v ht="$head_theirs" '
 function median(list,   n, a, i, j, t) {
     n = split(list, a, " ")
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -166,7 +182,7 @@ function median(list,   n, a, i, j, t) {
 }
 { v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
 END {
-    printf "| row | union-virtiofsd | virtiofsd 1.14 | ratio |\n|---|---|---|---|\n"
+    printf "| row | %s | %s | ratio |\n|---|---|---|---|\n", ho, ht
     for (k = 1; k <= n; k++) {
         r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
         lower = (r ~ /cpu|rss/)
@@ -182,7 +198,7 @@ set output "$out/bench-guest.png"
 set style data histograms
 set style fill solid
 set yrange [0:*]
-set ylabel "union-virtiofsd / virtiofsd (higher is better)"
+set ylabel "$head_ours / $head_theirs (higher is better)"
 set xtics rotate by -45
 set arrow from graph 0, first 1.1 to graph 1, first 1.1 nohead dt 2
 plot "$out/ratios.dat" using 2:xtic(1) title "ratio (dashed: 1.10)"

@@ -3,6 +3,7 @@
 //! the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
 //! (that is `sys`).
 
+mod caller;
 mod clone;
 mod cow;
 mod handle;
@@ -419,12 +420,12 @@ impl FileSystem for UnionFs {
             .map(|(e, h, o, p)| (self.guest_entry(e), h, o, p))
     }
 
-    fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        ops::remove::remove(self, parent, name, false)
+    fn unlink(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        ops::remove::remove(self, &self.host_ctx(ctx)?, parent, name, false)
     }
 
-    fn rmdir(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        ops::remove::remove(self, parent, name, true)
+    fn rmdir(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        ops::remove::remove(self, &self.host_ctx(ctx)?, parent, name, true)
     }
 
     fn rename(
@@ -447,12 +448,12 @@ impl FileSystem for UnionFs {
 
     fn open(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         flags: u32,
         fuse_flags: u32,
     ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-        ops::open::open(self, inode, flags, fuse_flags)
+        ops::open::open(self, &self.host_ctx(ctx)?, inode, flags, fuse_flags)
     }
 
     fn release(
@@ -497,7 +498,7 @@ impl FileSystem for UnionFs {
 
     fn write(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         handle: u64,
         r: &mut dyn ZeroCopyReader,
@@ -508,7 +509,16 @@ impl FileSystem for UnionFs {
         _flags: u32,
         fuse_flags: u32,
     ) -> io::Result<usize> {
-        ops::io::write(self, inode, handle, r, size, offset, fuse_flags)
+        ops::io::write(
+            self,
+            &self.host_ctx(ctx)?,
+            inode,
+            handle,
+            r,
+            size,
+            offset,
+            fuse_flags,
+        )
     }
 
     fn fallocate(
@@ -582,13 +592,13 @@ impl FileSystem for UnionFs {
 
     fn setxattr(
         &self,
-        _ctx: &Context,
+        ctx: &Context,
         inode: u64,
         name: &CStr,
         value: &[u8],
         flags: u32,
     ) -> io::Result<()> {
-        ops::xattr::setxattr(self, inode, name, value, flags)
+        ops::xattr::setxattr(self, &self.host_ctx(ctx)?, inode, name, value, flags)
     }
 
     fn getxattr(
@@ -605,7 +615,7 @@ impl FileSystem for UnionFs {
         ops::xattr::listxattr(self, inode, size)
     }
 
-    fn removexattr(&self, _ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
-        ops::xattr::removexattr(self, inode, name)
+    fn removexattr(&self, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
+        ops::xattr::removexattr(self, &self.host_ctx(ctx)?, inode, name)
     }
 }

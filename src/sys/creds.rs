@@ -27,9 +27,43 @@ fn drop_groups_once() {
     }
 }
 
+/// Whether the daemon can act as its callers (it runs as root, of its user namespace too);
+/// an unprivileged daemon acts only as itself.
+pub fn acts_as_caller() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// While alive, this thread's filesystem uid/gid are the guest caller's.
 pub struct FsCredsGuard {
     restore: Option<(u32, u32)>,
+}
+
+impl FsCredsGuard {
+    /// Whether this thread now acts with other ids than the daemon's (false for a caller that
+    /// is root, and for an unprivileged daemon, which can act only as itself).
+    pub fn switched(&self) -> bool {
+        self.restore.is_some()
+    }
+}
+
+/// While alive, this thread's supplementary groups are the ones given; afterwards none.
+pub struct GroupsGuard(());
+
+/// Gives this thread the supplementary groups `gids` (the raw syscall: this thread only).
+pub fn with_groups(gids: &[u32]) -> std::io::Result<GroupsGuard> {
+    // SAFETY: `gids` is a valid array of `gids.len()` gid_t values, alive for the call.
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, gids.len(), gids.as_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(GroupsGuard(()))
+}
+
+impl Drop for GroupsGuard {
+    fn drop(&mut self) {
+        // SAFETY: a zero count reads no memory (the pointer is null).
+        unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) };
+    }
 }
 
 /// Switches this thread's fsuid/fsgid to `uid`/`gid` when the daemon runs as root (of its user
@@ -37,7 +71,7 @@ pub struct FsCredsGuard {
 /// daemon's user. An id the user namespace does not map (the kernel then keeps the old id
 /// silently) is EOVERFLOW, as the kernel answers for unmapped ids, never an act as root.
 pub fn switch_to(uid: u32, gid: u32) -> std::io::Result<FsCredsGuard> {
-    if !rustix::process::geteuid().is_root() || (uid == 0 && gid == 0) {
+    if (uid == 0 && gid == 0) || !acts_as_caller() {
         return Ok(FsCredsGuard { restore: None });
     }
     drop_groups_once();

@@ -76,6 +76,18 @@ impl ZeroCopyReader for SliceReader {
 
 /// A union over `branches` (`(path, "RW")`…) configured by a mergerfs `-o` string.
 pub fn union_with(branches: &[(&Path, &str)], options: &str) -> UnionFs {
+    union_with_ids(branches, options, Default::default())
+}
+
+/// A union as [`union_with`] whose guest ids are translated by `ids`.
+pub fn union_with_ids(
+    branches: &[(&Path, &str)],
+    options: &str,
+    ids: union_virtiofsd::fs::Ids,
+) -> UnionFs {
+    // As the daemon's threads: the guest kernel has applied the caller's umask already.
+    // SAFETY: umask only swaps the process's mask.
+    unsafe { libc::umask(0) };
     let branches = branches
         .iter()
         .map(|(p, m)| format!("{}={}", p.display(), m).parse::<Branch>().unwrap())
@@ -85,7 +97,7 @@ pub fn union_with(branches: &[(&Path, &str)], options: &str) -> UnionFs {
     UnionFs::new(FsConfig {
         branches,
         opts: s.opts,
-        ids: Default::default(),
+        ids,
     })
     .unwrap()
 }

@@ -11,10 +11,11 @@ use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
 use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
+use crate::fs::caller::Groups;
 use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
-use crate::sys::{beneath, caps, creds};
+use crate::sys::{beneath, caps};
 use crate::union::{BranchMode, ErrnoFold};
 
 fn is_type(st: &stat64, t: u32) -> bool {
@@ -44,16 +45,12 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
 /// Applies the changes `valid` selects to the copies of `inode` that each change's function
 /// policy chooses (chmod, chown, truncate and utimens are separate mergerfs functions).
 ///
-/// As in virtiofsd, the change is made with the daemon's credentials: the guest kernel has
-/// already checked the caller's permission (virtio-fs mounts always use `default_permissions`),
-/// including supplementary groups that FUSE never sends, so acting as the caller on the host
-/// would refuse what POSIX allows (chown to a group the caller is in, utimes by a writer
-/// through a group). What the kernel would clear for an unprivileged caller is cleared here
-/// too: a truncate with KILL_SUIDGID runs without CAP_FSETID, and chown clears set-user-ID on
-/// the host as it does for anyone.
+/// Each change is made as the caller (`fs::caller`), so the host checks its permission again
+/// and clears set-user/group-ID as it would for that caller (chown, chmod into a group the
+/// caller is not in, truncate).
 pub fn setattr(
     fs: &UnionFs,
-    _ctx: &Context,
+    ctx: &Context,
     inode: u64,
     attr: stat64,
     handle: Option<u64>,
@@ -69,7 +66,9 @@ pub fn setattr(
             let _killpriv = (kill
                 && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
             .then(caps::without_fsetid);
-            rustix::fs::ftruncate(fd, attr.st_size as u64)?;
+            fs.as_caller(ctx, &[], &[], Groups::OnRefusal, || {
+                Ok(rustix::fs::ftruncate(fd, attr.st_size as u64)?)
+            })?;
             return getattr(fs, inode, handle);
         }
     }
@@ -99,7 +98,7 @@ pub fn setattr(
             let _killpriv =
                 (kill && mask == SetattrValid::SIZE && caps::mode_has_privs(f.st.st_mode))
                     .then(caps::without_fsetid);
-            fold.add(&apply(fs, &f, rel, &attr, valid & mask));
+            fold.add(&apply(fs, ctx, &f, rel, &attr, valid & mask));
         }
         fold.result_all()?;
     }
@@ -108,6 +107,7 @@ pub fn setattr(
 
 fn apply(
     fs: &UnionFs,
+    ctx: &Context,
     f: &Found,
     rel: &CStr,
     attr: &stat64,
@@ -118,10 +118,14 @@ fn apply(
         if symlink {
             return Err(errno(libc::EOPNOTSUPP));
         }
-        rustix::fs::chmod(
-            beneath::proc_path(f.fd.as_fd()),
-            Mode::from_raw_mode(attr.st_mode & 0o7777),
-        )?;
+        // The host keeps set-group-ID only for a member of the file's group: the group joins
+        // from the start (a guest caller in it through a supplementary group keeps the bit).
+        fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::Always, || {
+            Ok(rustix::fs::chmod(
+                beneath::proc_path(f.fd.as_fd()),
+                Mode::from_raw_mode(attr.st_mode & 0o7777),
+            )?)
+        })?;
     }
     if valid.intersects(SetattrValid::UID | SetattrValid::GID) {
         let uid = valid
@@ -130,13 +134,20 @@ fn apply(
         let gid = valid
             .contains(SetattrValid::GID)
             .then(|| rustix::fs::Gid::from_raw(attr.st_gid));
-        rustix::fs::chownat(
-            f.fd.as_fd(),
-            c"",
-            uid,
-            gid,
-            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-        )?;
+        let new_group: &[u32] = if valid.contains(SetattrValid::GID) {
+            std::slice::from_ref(&attr.st_gid)
+        } else {
+            &[]
+        };
+        fs.as_caller(ctx, &[], new_group, Groups::OnRefusal, || {
+            Ok(rustix::fs::chownat(
+                f.fd.as_fd(),
+                c"",
+                uid,
+                gid,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?)
+        })?;
     }
     if valid.contains(SetattrValid::SIZE) {
         if is_type(&f.st, libc::S_IFDIR) {
@@ -145,8 +156,10 @@ fn apply(
         if !is_type(&f.st, libc::S_IFREG) {
             return Err(errno(libc::EINVAL));
         }
-        let fd = beneath::reopen(f.fd.as_fd(), OFlags::WRONLY)?;
-        rustix::fs::ftruncate(&fd, attr.st_size as u64)?;
+        fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+            let fd = beneath::reopen(f.fd.as_fd(), OFlags::WRONLY)?;
+            Ok(rustix::fs::ftruncate(&fd, attr.st_size as u64)?)
+        })?;
     }
     let times = SetattrValid::ATIME
         | SetattrValid::MTIME
@@ -189,14 +202,23 @@ fn apply(
             // A symlink is reached through its parent and never followed.
             let (parent, name) = split_parent(rel);
             let dir = fs.dir_on(f.branch, &parent)?;
-            rustix::fs::utimensat(&dir, &name, &t, AtFlags::SYMLINK_NOFOLLOW)?;
+            fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+                Ok(rustix::fs::utimensat(
+                    &dir,
+                    &name,
+                    &t,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )?)
+            })?;
         } else {
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                beneath::proc_path(f.fd.as_fd()),
-                &t,
-                AtFlags::empty(),
-            )?;
+            fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+                Ok(rustix::fs::utimensat(
+                    rustix::fs::CWD,
+                    beneath::proc_path(f.fd.as_fd()),
+                    &t,
+                    AtFlags::empty(),
+                )?)
+            })?;
         }
     }
     Ok(())
@@ -224,14 +246,15 @@ pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<
     if mask == libc::F_OK as u32 || is_type(&f.st, libc::S_IFLNK) {
         return Ok(());
     }
-    let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
     let access = rustix::fs::Access::from_bits_truncate(mask as i32);
-    Ok(rustix::fs::accessat(
-        rustix::fs::CWD,
-        beneath::proc_path(f.fd.as_fd()),
-        access,
-        AtFlags::EACCESS,
-    )?)
+    fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+        Ok(rustix::fs::accessat(
+            rustix::fs::CWD,
+            beneath::proc_path(f.fd.as_fd()),
+            access,
+            AtFlags::EACCESS,
+        )?)
+    })
 }
 
 /// What STATX adds to GETATTR: the birth time and the file attribute flags (`STATX_ATTR_*`)

@@ -10,12 +10,13 @@ use fuse_backend_rs::abi::fuse_abi::{CreateIn, OpenOptions};
 use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::{FileType, Mode, OFlags};
 
+use crate::fs::caller::Groups;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::ops::open::{guest_open_flags, open};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, Found};
 use crate::fs::{errno, UnionFs};
-use crate::sys::{beneath, creds};
+use crate::sys::beneath;
 use crate::union::ErrnoFold;
 
 /// Validates the name and picks the branches: (path of the new entry, parent dir on each).
@@ -56,10 +57,9 @@ fn make_on_each(
     for dir in &targets {
         // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
         let over_whiteout = fs.cfg.opts.cow && fs.remove_whiteout(&*dir.fd, name)?;
-        let r = {
-            let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
+        let r = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
             make(dir).map_err(io::Error::from)
-        };
+        });
         if r.is_ok() && over_whiteout && func == Func::Mkdir {
             fs.make_opaque(&*dir.fd, name)?;
         }
@@ -142,7 +142,7 @@ pub fn create(
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
         {
             let entry = crate::fs::ops::lookup::lookup(fs, parent, name)?;
-            return match open(fs, entry.inode, args.flags, args.fuse_flags) {
+            return match open(fs, ctx, entry.inode, args.flags, args.fuse_flags) {
                 Ok((fh, opts, p)) => Ok((entry, fh, opts, p)),
                 Err(e) => {
                     fs.inodes.forget(entry.inode, 1);
@@ -159,15 +159,14 @@ pub fn create(
     if fs.cfg.opts.cow {
         fs.remove_whiteout(&*dir.fd, name)?;
     }
-    let fd = {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
+    let fd = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
         beneath::open_beneath(
             dir.fd.as_fd(),
             name,
             flags | OFlags::CREATE | OFlags::EXCL,
             Mode::from_raw_mode(args.mode & 0o7777),
-        )?
-    };
+        )
+    })?;
     let st = beneath::stat_fd(fd.as_fd())?;
     // The node keeps an O_PATH descriptor of the new file, not the open one.
     let node_fd = beneath::open_path(dir.fd.as_fd(), name)?;
@@ -202,14 +201,13 @@ pub fn tmpfile(
     let parent_rel = fs.inodes.path(parent)?;
     let dir = fs.create_targets(Func::Create, &parent_rel)?.swap_remove(0);
     fs.check_handle_room()?;
-    let fd = {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
+    let fd = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
         beneath::open_tmpfile(
             dir.fd.as_fd(),
             flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::TRUNC),
             Mode::from_raw_mode(args.mode & 0o7777),
-        )?
-    };
+        )
+    })?;
     let st = beneath::stat_fd(fd.as_fd())?;
     let node_fd = beneath::reopen_path(fd.as_fd())?;
     let inode = fs.inodes.insert_unnamed(

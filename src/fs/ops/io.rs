@@ -4,13 +4,13 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use fuse_backend_rs::api::filesystem::{ZeroCopyReader, ZeroCopyWriter};
+use fuse_backend_rs::api::filesystem::{Context, ZeroCopyReader, ZeroCopyWriter};
 use rustix::fs::{FallocateFlags, SeekFrom};
 
 use crate::fs::movefile::is_out_of_space;
 use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
-use crate::sys::{beneath, caps};
+use crate::sys::{beneath, caps, creds};
 
 /// `write_flags` bit: the guest writer lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID).
 const WRITE_KILL_PRIV: u32 = fuse_backend_rs::abi::fuse_abi::WRITE_KILL_PRIV;
@@ -49,8 +49,10 @@ pub fn read(
 }
 
 /// Writes the request's `size` bytes at `offset` straight from guest memory.
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     fs: &UnionFs,
+    ctx: &Context,
     inode: u64,
     fh: u64,
     r: &mut dyn ZeroCopyReader,
@@ -64,11 +66,13 @@ pub fn write(
     if fs.cfg.opts.nullrw {
         return Ok(size);
     }
-    // KILLPRIV_V2: an unprivileged guest writer clears set-user/group-ID bits, as the host
-    // kernel does for a writer without CAP_FSETID (checked first: one fstat, no capset for
-    // the usual file without those bits).
-    let _killpriv = (write_flags & WRITE_KILL_PRIV != 0
-        && fs.cfg.opts.killpriv_v2
+    // An unprivileged writer clears set-user/group-ID bits, as the host kernel does for a
+    // writer without CAP_FSETID: one the guest names (KILLPRIV_V2), or a caller that is not
+    // root on the host (a guest root squashed by the id map). Checked first: one fstat, no
+    // capset for the usual file without those bits, nothing at all for a root caller.
+    let unprivileged = (write_flags & WRITE_KILL_PRIV != 0 && fs.cfg.opts.killpriv_v2)
+        || (ctx.uid != 0 && creds::acts_as_caller());
+    let _killpriv = (unprivileged
         && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
     .then(caps::without_fsetid);
     let mut done = 0usize;

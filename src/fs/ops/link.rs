@@ -11,11 +11,12 @@ use std::time::Duration;
 use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::AtFlags;
 
+use crate::fs::caller::Groups;
 use crate::fs::options::{Func, LinkExdev};
 use crate::fs::resolve::{check_name, split_parent};
 use crate::fs::{errno, UnionFs};
-use crate::sys::creds;
 use crate::union::ErrnoFold;
+use std::os::fd::AsFd;
 
 /// Links `inode` as `newparent/newname`.
 pub fn link(
@@ -84,14 +85,15 @@ fn link_on_branches(
                 // status-old right after unlinking the old backup).
                 fs.remove_whiteout(&nd, newname)?;
             }
-            let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
-            Ok::<_, io::Error>(rustix::fs::linkat(
-                &od,
-                &old_name,
-                &nd,
-                newname,
-                AtFlags::empty(),
-            )?)
+            fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
+                Ok(rustix::fs::linkat(
+                    &od,
+                    &old_name,
+                    &nd,
+                    newname,
+                    AtFlags::empty(),
+                )?)
+            })
         })();
         fold.add(&r);
         if r.is_ok() && first.is_none() {
@@ -175,14 +177,15 @@ fn link_unnamed(
         .dir_on(branch, &new_parent)
         .map_err(|_| errno(libc::EXDEV))?;
     {
-        let _creds = creds::switch_to(ctx.uid, ctx.gid)?;
-        rustix::fs::linkat(
-            rustix::fs::CWD,
-            crate::sys::beneath::proc_path(std::os::fd::AsFd::as_fd(&*fd)),
-            &nd,
-            newname,
-            AtFlags::SYMLINK_FOLLOW,
-        )?;
+        fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
+            Ok(rustix::fs::linkat(
+                rustix::fs::CWD,
+                crate::sys::beneath::proc_path(std::os::fd::AsFd::as_fd(&*fd)),
+                &nd,
+                newname,
+                AtFlags::SYMLINK_FOLLOW,
+            )?)
+        })?;
     }
     let f = fs
         .find_on(branch, &new_rel)

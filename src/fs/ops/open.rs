@@ -6,8 +6,10 @@ use std::io;
 use std::os::fd::AsFd;
 
 use fuse_backend_rs::abi::fuse_abi::OpenOptions;
+use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::OFlags;
 
+use crate::fs::caller::Groups;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::movefile::copy_to_temp;
 use crate::fs::options::{CacheFiles, Func};
@@ -66,6 +68,7 @@ pub(crate) fn open_options(fs: &UnionFs, inode: u64, st: &libc::stat64) -> OpenO
 /// Opens `inode` on the branch the search policy finds it on.
 pub fn open(
     fs: &UnionFs,
+    ctx: &Context,
     inode: u64,
     flags: u32,
     open_flags: u32,
@@ -98,7 +101,10 @@ pub fn open(
             && fs.cfg.opts.killpriv_v2
             && caps::mode_has_privs(f.st.st_mode))
         .then(caps::without_fsetid);
-        beneath::reopen(f.fd.as_fd(), flags)?
+        // As the caller: the host checks its permission, and truncates as it would.
+        fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+            beneath::reopen(f.fd.as_fd(), flags)
+        })?
     };
     let opts = open_options(fs, inode, &f.st);
     let fh = fs.new_handle(Handle::File(FileHandle {

@@ -6,15 +6,17 @@ use std::io;
 
 use rustix::fs::AtFlags;
 
+use crate::fs::caller::Groups;
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
+use fuse_backend_rs::api::filesystem::Context;
 use std::os::fd::AsFd;
 
 /// Removes `name` from `parent`: a directory when `dir`, otherwise any non-directory.
-pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
+pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     let parent_rel = fs.inodes.path(parent)?;
@@ -24,7 +26,7 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
         AtFlags::empty()
     };
     if fs.cfg.opts.cow {
-        return cow_remove(fs, parent, name, &rel, &parent_rel, dir);
+        return cow_remove(fs, ctx, parent, name, &rel, &parent_rel, dir);
     }
     if dir {
         fs.check_union_empty(&rel, 2)?;
@@ -32,9 +34,11 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
     let mut fold = ErrnoFold::new();
     let func = if dir { Func::Rmdir } else { Func::Unlink };
     for f in fs.action(func, &rel)? {
-        let r = fs
-            .dir_on(f.branch, &parent_rel)
-            .and_then(|d| Ok(rustix::fs::unlinkat(&d, name, flags)?));
+        let r = fs.dir_on(f.branch, &parent_rel).and_then(|d| {
+            fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
+                Ok(rustix::fs::unlinkat(&d, name, flags)?)
+            })
+        });
         fold.add(&r);
     }
     // A copy that went is gone whatever the answer: the guest must look the name up again.
@@ -49,6 +53,7 @@ pub fn remove(fs: &UnionFs, parent: u64, name: &CStr, dir: bool) -> io::Result<(
 /// whiteout hides what an RO branch still has.
 fn cow_remove(
     fs: &UnionFs,
+    ctx: &Context,
     parent: u64,
     name: &CStr,
     rel: &CStr,
@@ -81,7 +86,9 @@ fn cow_remove(
         .filter(|f| fs.modes[f.branch] != crate::union::BranchMode::RO)
     {
         let d = fs.dir_on(f.branch, parent_rel)?;
-        rustix::fs::unlinkat(&d, name, flags)?;
+        fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
+            Ok(rustix::fs::unlinkat(&d, name, flags)?)
+        })?;
     }
     fs.whiteout_if_lower(rel)?;
     fs.inodes.unlink(parent, name);

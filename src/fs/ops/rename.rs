@@ -11,7 +11,9 @@ use std::io;
 
 use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, RenameFlags};
+use std::os::fd::AsFd;
 
+use crate::fs::caller::Groups;
 use crate::fs::options::{Func, RenameExdev};
 use crate::fs::resolve::{check_name, split_parent, Found};
 use crate::fs::{errno, UnionFs};
@@ -28,6 +30,8 @@ struct Names<'a> {
     new_parent: CString,
     oldname: &'a CStr,
     newname: &'a CStr,
+    /// The caller (host ids): renames and the removals that go with them are made as it.
+    ctx: &'a Context,
 }
 
 /// Renames `olddir/oldname` to `newdir/newname` with renameat2 `flags`.
@@ -57,6 +61,7 @@ pub fn rename(
         new_parent: fs.inodes.path(newdir)?,
         oldname,
         newname,
+        ctx,
     };
     if fs.cfg.opts.cow {
         cow_prepare(fs, &n)?;
@@ -118,24 +123,38 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
 }
 
 /// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
-fn remove_on(fs: &UnionFs, branch: usize, rel: &CStr) {
+/// As the caller, who may lack the permission.
+fn remove_on(fs: &UnionFs, ctx: &Context, branch: usize, rel: &CStr) {
     if fs.modes[branch] == BranchMode::RO {
         return;
     }
     let (parent, name) = split_parent(rel);
     if let Ok(d) = fs.dir_on(branch, &parent) {
-        if rustix::fs::unlinkat(&d, &name, AtFlags::empty()) == Err(rustix::io::Errno::ISDIR) {
-            let _ = rustix::fs::unlinkat(&d, &name, AtFlags::REMOVEDIR);
-        }
+        let _ =
+            fs.as_caller(
+                ctx,
+                &[d.as_fd()],
+                &[],
+                Groups::OnRefusal,
+                || match rustix::fs::unlinkat(&d, &name, AtFlags::empty()) {
+                    Err(rustix::io::Errno::ISDIR) => {
+                        Ok(rustix::fs::unlinkat(&d, &name, AtFlags::REMOVEDIR)?)
+                    }
+                    r => Ok(r?),
+                },
+            );
     }
 }
 
 fn rename_on(fs: &UnionFs, branch: usize, n: &Names, flags: RenameFlags) -> io::Result<()> {
     let od = fs.dir_on(branch, &n.old_parent)?;
     let nd = fs.dir_on(branch, &n.new_parent)?;
-    Ok(rustix::fs::renameat_with(
-        &od, n.oldname, &nd, n.newname, flags,
-    )?)
+    let dirs = [od.as_fd(), nd.as_fd()];
+    fs.as_caller(n.ctx, &dirs, &[], Groups::OnRefusal, || {
+        Ok(rustix::fs::renameat_with(
+            &od, n.oldname, &nd, n.newname, flags,
+        )?)
+    })
 }
 
 fn holders(fs: &UnionFs, rel: &CStr) -> io::Result<Vec<usize>> {
@@ -164,7 +183,7 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
         return Err(errno(libc::EXDEV));
     }
     for (b, rel) in remove {
-        remove_on(fs, b, rel);
+        remove_on(fs, n.ctx, b, rel);
     }
     Ok(())
 }
@@ -192,7 +211,7 @@ fn create_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
     }
     last?;
     for (b, rel) in remove {
-        remove_on(fs, b, rel);
+        remove_on(fs, n.ctx, b, rel);
     }
     Ok(())
 }

@@ -7,9 +7,10 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
 
-use fuse_backend_rs::api::filesystem::{GetxattrReply, ListxattrReply};
+use fuse_backend_rs::api::filesystem::{Context, GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
 
+use crate::fs::caller::Groups;
 use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
 use crate::fs::{errno, UnionFs};
@@ -80,8 +81,10 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
     Ok(ListxattrReply::Names(buf))
 }
 
+/// Applies `op` to every copy the action policy selects, as the caller.
 fn each_copy(
     fs: &UnionFs,
+    ctx: &Context,
     func: Func,
     inode: u64,
     op: impl Fn(&str) -> io::Result<()>,
@@ -90,7 +93,11 @@ fn each_copy(
     let rel = fs.inodes.path(inode)?;
     let mut fold = ErrnoFold::new();
     for f in fs.action(func, &rel)? {
-        fold.add(&target(&f).and_then(|p| op(&p)));
+        fold.add(
+            &target(&f).and_then(|p| {
+                fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || op(&p))
+            }),
+        );
     }
     fold.result_all()
 }
@@ -107,18 +114,25 @@ fn refuse_acl(name: &CStr) -> io::Result<()> {
 }
 
 /// Sets `name` on every writable copy.
-pub fn setxattr(fs: &UnionFs, inode: u64, name: &CStr, value: &[u8], flags: u32) -> io::Result<()> {
+pub fn setxattr(
+    fs: &UnionFs,
+    ctx: &Context,
+    inode: u64,
+    name: &CStr,
+    value: &[u8],
+    flags: u32,
+) -> io::Result<()> {
     refuse_acl(name)?;
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
-    each_copy(fs, Func::Setxattr, inode, |p| {
+    each_copy(fs, ctx, Func::Setxattr, inode, |p| {
         Ok(rustix::fs::setxattr(p, name, value, flags)?)
     })
 }
 
 /// Removes `name` from every writable copy.
-pub fn removexattr(fs: &UnionFs, inode: u64, name: &CStr) -> io::Result<()> {
+pub fn removexattr(fs: &UnionFs, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
     refuse_acl(name)?;
-    each_copy(fs, Func::Removexattr, inode, |p| {
+    each_copy(fs, ctx, Func::Removexattr, inode, |p| {
         Ok(rustix::fs::removexattr(p, name)?)
     })
 }
