@@ -235,3 +235,71 @@ echo reached-the-end"#,
         .section("LIST")
         .is_some_and(|l| l.iter().any(|x| x.contains("abs"))));
 }
+
+#[test]
+fn the_host_checks_each_change_as_the_guest_caller() {
+    // Host root's files in a root directory, a sticky directory with another user's file, and
+    // a directory a guest user may write only through a supplementary group (4343).
+    let t = prepared_branch();
+    let p = t.path();
+    let setup = |rel: &str, dir: bool, owner: (u32, u32), mode: u32| {
+        let path = p.join(rel);
+        if dir {
+            std::fs::create_dir(&path).unwrap();
+        } else {
+            std::fs::write(&path, "host\n").unwrap();
+        }
+        std::os::unix::fs::chown(&path, Some(owner.0), Some(owner.1)).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+    };
+    setup("hostdir", true, (0, 0), 0o755);
+    setup("hostdir/f", false, (0, 0), 0o644);
+    setup("sticky", true, (0, 0), 0o1777);
+    setup("sticky/theirs", false, (4000, 4000), 0o666);
+    setup("group", true, (0, 4343), 0o770);
+    setup("group/f", false, (0, 4343), 0o660);
+    setup("open", true, (0, 0), 0o777);
+    // Guest root is host nobody.
+    let backend = Backend::union(
+        &[(p, Mode::Rw)],
+        &[
+            "-o",
+            "minfreespace=1M",
+            "--translate-uid=squash-guest:0:65534:1",
+            "--translate-gid=squash-guest:0:65534:1",
+        ],
+    );
+    let scenario = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
+echo "u:x:1000:" >>/etc/group
+echo "g2:x:4343:u" >>/etc/group
+expect_err "Permission denied" "rm -f hostdir/f"
+expect_err "Permission denied" "mv hostdir/f hostdir/g"
+expect_err "Permission denied" "sh -c 'echo guest > hostdir/f'"
+expect_err "Permission denied" "touch hostdir/new"
+expect_err "Operation not permitted" "chmod 4777 hostdir/f"
+expect_err "Operation not permitted" "rm -f sticky/theirs"
+touch open/made
+su u -c "echo user > group/f && touch group/mine && rm group/mine"
+expect_eq "$(su u -c 'cat group/f')" user "a supplementary group grants, as the guest kernel said"
+echo reached-the-end
+"#;
+    let r = guest::run_scenario(&backend, &Guest::default(), scenario);
+    r.assert_success();
+    assert!(r.console.contains("reached-the-end"), "{}", r.transcript());
+    assert_eq!(
+        std::fs::read_to_string(p.join("hostdir/f")).unwrap(),
+        "host\n"
+    );
+    assert_eq!(
+        std::fs::metadata(p.join("hostdir/f")).unwrap().mode() & 0o7777,
+        0o644
+    );
+    assert!(!p.join("hostdir/g").exists() && !p.join("hostdir/new").exists());
+    assert!(p.join("sticky/theirs").exists());
+    assert_eq!(host_ids(p, "open/made"), (65534, 65534));
+    assert_eq!(
+        std::fs::read_to_string(p.join("group/f")).unwrap(),
+        "user\n"
+    );
+}

@@ -85,9 +85,10 @@ pub fn union_with_ids(
     options: &str,
     ids: union_virtiofsd::fs::Ids,
 ) -> UnionFs {
-    // As the daemon's threads: the guest kernel has applied the caller's umask already.
-    // SAFETY: umask only swaps the process's mask.
-    unsafe { libc::umask(0) };
+    // As the daemon's threads: the guest kernel has applied the caller's umask already. This
+    // test thread only (its own fs_struct), so other tests keep the process's umask.
+    union_virtiofsd::sys::thread::unshare_fs().unwrap();
+    union_virtiofsd::sys::thread::set_umask(0);
     let branches = branches
         .iter()
         .map(|(p, m)| format!("{}={}", p.display(), m).parse::<Branch>().unwrap())
