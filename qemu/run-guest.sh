@@ -5,7 +5,7 @@
 #                     [--request-queues 1]
 #                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
-#                     [--extra-initrd archive.cpio]... [--no-initrd]
+#                     [--extra-initrd archive.cpio]... [--no-initrd] [--allow-reboot]
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -42,12 +42,16 @@
 #   -nographic -nodefaults -serial mon:stdio
 #                              no display and no default devices (no NIC, VGA, floppy); the serial
 #                              console and the QEMU monitor (Ctrl-A C) multiplexed on stdio.
-#   -no-reboot                 a guest reboot (or panic) exits QEMU instead of looping.
+#   -no-reboot                 a guest reboot (or panic) exits QEMU instead of looping; with
+#                              --allow-reboot a guest reboot resets the machine and boots the
+#                              same kernel and initrd again against the same backend (a
+#                              scenario must then tell its boots apart, e.g. by a file it left
+#                              on the share), and only a poweroff ends QEMU.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
-socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0
+socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0 reboot=(-no-reboot)
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -55,6 +59,7 @@ while [ $# -gt 0 ]; do
     --socket) socket=$2; shift 2 ;;
     --tag) tag=$2; shift 2 ;;
     --queue-size) queue_size=$2; shift 2 ;;
+    --allow-reboot) reboot=(); shift ;;
     --request-queues) request_queues=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --smp) smp=$2; shift 2 ;;
@@ -113,4 +118,4 @@ exec qemu-system-x86_64 \
     -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \
-    -no-reboot
+    "${reboot[@]}"

@@ -5,6 +5,8 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
 #[path = "support/union_case.rs"]
 mod union_case;
 
@@ -146,4 +148,52 @@ fn requests_grow_past_256_pages_when_the_guest_kernel_allows() {
         &["--max-pages", "32"],
     );
     assert_eq!((w, r), (32 * 4096, 32 * 4096), "--max-pages 32");
+}
+
+/// A guest reset without FUSE_DESTROY (sysrq b: no unmount) leaves the daemon holding the
+/// old kernel's nodes and handles; the next INIT ends that session, and the rebooted guest is
+/// served from a fresh one.
+#[test]
+fn a_rebooted_guest_starts_a_new_session() {
+    let t = tmpfs::Tmpfs::new("32M");
+    let backend = Backend::union(&[(t.path(), Mode::Rw)], &["-o", "minfreespace=0"]);
+    let scenario = r#"if [ ! -e .booted ]; then
+    : > .booted
+    mkdir many
+    i=0; while [ $i -lt 300 ]; do echo $i > many/f$i; i=$((i+1)); done
+    ls -l many >/dev/null
+    exec 3<many/f7
+    echo FIRST-BOOT-DONE
+    echo b > /proc/sysrq-trigger
+fi
+expect_eq "$(ls many | wc -l)" 300 "the share after the reboot"
+expect_eq "$(cat many/f299)" 299 "a file after the reboot"
+echo SECOND-BOOT-DONE
+"#;
+    let guest = Guest {
+        reboot: true,
+        ..Guest::default()
+    };
+    let run = guest::run_scenario(&backend, &guest, scenario);
+    run.assert_success();
+    assert!(
+        run.console.contains("FIRST-BOOT-DONE") && run.console.contains("SECOND-BOOT-DONE"),
+        "{}",
+        run.transcript()
+    );
+    let dropped = run
+        .daemon_log
+        .lines()
+        .find_map(|l| {
+            let rest = l.split("session ended: dropped ").nth(1)?;
+            let mut w = rest.split_whitespace();
+            let nodes: usize = w.next()?.parse().ok()?;
+            let handles: usize = w.nth(2)?.parse().ok()?;
+            Some((nodes, handles))
+        })
+        .unwrap_or_else(|| panic!("no session was dropped:\n{}", run.transcript()));
+    assert!(
+        dropped.0 >= 300 && dropped.1 >= 1,
+        "the first boot's nodes and open file: {dropped:?}"
+    );
 }

@@ -690,6 +690,25 @@ fn destroy_drops_every_node_and_handle() {
     assert!(!read_file(&f.fs, again.inode).unwrap().is_empty());
 }
 
+/// A front-end that resets the guest without VHOST_USER_RESET_DEVICE (and a guest reset
+/// without DESTROY) shows up as a new INIT: the old session ends there.
+#[test]
+fn a_new_init_ends_the_previous_session() {
+    let f = fixture();
+    let e = walk(&f.fs, "only_b/inner.txt").unwrap();
+    let (fh, _, _) =
+        f.fs.open(&ctx(), e.inode, libc::O_RDONLY as u32, 0)
+            .unwrap();
+    assert!(f.fs.inode_count() > 1 && f.fs.handle_count() == 1);
+    f.fs.init(fuse_backend_rs::abi::fuse_abi::FsOptions::empty())
+        .unwrap();
+    assert_eq!((f.fs.inode_count(), f.fs.handle_count()), (1, 0));
+    assert_eq!(
+        errno_of(f.fs.flush(&ctx(), e.inode, fh.unwrap(), 0)),
+        libc::EBADF
+    );
+}
+
 #[test]
 fn directory_listings_are_freed_with_their_handles() {
     let f = fixture();

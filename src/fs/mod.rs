@@ -285,6 +285,10 @@ impl FileSystem for UnionFs {
     type Handle = u64;
 
     fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
+        // An INIT while a session holds nodes or handles: the guest was reset without a
+        // DESTROY or a device reset (a hard reboot, a crash, kexec). Its kernel forgot
+        // everything, so the old session ends here as a DESTROY would end it.
+        self.destroy();
         let killpriv = if self.cfg.opts.killpriv_v2 {
             FsOptions::HANDLE_KILLPRIV_V2
         } else {
@@ -317,6 +321,10 @@ impl FileSystem for UnionFs {
     fn destroy(&self) {
         // The session is over (FUSE_DESTROY, or the device was reset by a guest reboot): the
         // guest holds nothing any more, so every node and handle goes, descriptors included.
+        let (nodes, handles) = (self.inode_count().saturating_sub(1), self.handle_count());
+        if nodes > 0 || handles > 0 {
+            log::info!("session ended: dropped {nodes} nodes and {handles} handles");
+        }
         self.locks.clear();
         self.handles.clear();
         self.inodes.clear();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use fuse_backend_rs::api::filesystem::FileSystem;
-use log::{debug, warn};
+use log::{debug, info, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -243,6 +243,7 @@ where
     }
 
     fn reset_device(&self) {
+        info!("device reset by the front-end: the session ends");
         self.dispatcher.reset();
     }
 

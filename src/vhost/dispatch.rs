@@ -326,6 +326,8 @@ where
             None
         };
         let capable = init::capable(&arg, flags2);
+        // A new session: waits of an old one (a guest reset without DESTROY) end.
+        self.waiters.interrupt_all();
         let want = match self.fs.init(capable) {
             Ok(want) => want,
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),

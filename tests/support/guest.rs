@@ -140,6 +140,9 @@ pub struct Guest {
     /// Boot without an initramfs, from the share itself (`append` says `root=… init=…`); the
     /// scenario is then not used.
     pub no_initrd: bool,
+    /// A guest reboot boots the machine again against the same backend (only a poweroff ends
+    /// the run); the scenario runs at every boot.
+    pub reboot: bool,
 }
 
 impl Default for Guest {
@@ -154,6 +157,7 @@ impl Default for Guest {
             smp: 1,
             extra_initrd: Vec::new(),
             no_initrd: false,
+            reboot: false,
         }
     }
 }
@@ -497,6 +501,7 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
             ]
         })
         .args(["--append", &guest.append])
+        .args(guest.reboot.then_some("--allow-reboot"))
         // Any temporary file run-guest.sh makes lands in `work`, removed with it.
         .env("TMPDIR", work.path());
     reaper.0.push(spawn_logged(&mut qemu, &console_log));

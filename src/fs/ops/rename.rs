@@ -170,17 +170,23 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
     let old = holders(fs, &n.old_rel)?;
     let mut remove = Vec::new();
     let mut success = false;
+    let mut refused = None;
     for b in 0..fs.roots.len() {
         if !old.contains(&b) {
             remove.push((b, &n.new_rel));
-        } else if rename_on(fs, b, n, RenameFlags::empty()).is_err() {
+        } else if let Err(e) = rename_on(fs, b, n, RenameFlags::empty()) {
+            if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+                refused.get_or_insert(e);
+            }
             remove.push((b, &n.old_rel));
         } else {
             success = true;
         }
     }
     if !success {
-        return Err(errno(libc::EXDEV));
+        // The caller may not rename (nothing moved anywhere): say so, rather than EXDEV,
+        // which would have the guest copy and delete instead.
+        return Err(refused.unwrap_or_else(|| errno(libc::EXDEV)));
     }
     for (b, rel) in remove {
         remove_on(fs, n.ctx, b, rel);
