@@ -24,7 +24,6 @@ use super::options::Func;
 use super::resolve::{present, split_parent, Found};
 use super::{errno, UnionFs};
 use crate::sys::beneath;
-use crate::union::BranchMode;
 
 /// overlayfs's opaque-directory xattr.
 pub(crate) const OPAQUE: &CStr = c"trusted.overlay.opaque";
@@ -87,7 +86,7 @@ impl UnionFs {
         let dir = self
             .create_targets(Func::Create, parent)?
             .into_iter()
-            .find(|d| self.modes[d.branch] != BranchMode::RO)
+            .find(|d| !self.branches.is_ro(d.branch))
             .ok_or_else(|| errno(libc::EROFS))?;
         let fd = self.dir_on(dir.branch, parent)?;
         Ok((dir, fd))
@@ -95,8 +94,9 @@ impl UnionFs {
 
     /// Whether any RO branch still shows `rel` (so deleting it needs a whiteout).
     pub(crate) fn lower_has(&self, rel: &CStr) -> bool {
-        (0..self.roots.len())
-            .filter(|&b| self.modes[b] == BranchMode::RO)
+        self.branches
+            .indices()
+            .filter(|&b| self.branches.is_ro(b))
             .any(|b| self.find_on(b, rel).is_some())
     }
 
@@ -204,7 +204,7 @@ impl UnionFs {
     /// Removes the whiteouts in directory `rel` on every RW branch (so that rmdir of a
     /// directory that is empty in the union can remove its upper copies).
     pub(crate) fn clear_whiteouts(&self, rel: &CStr) -> io::Result<()> {
-        for b in (0..self.roots.len()).filter(|&b| self.modes[b] != BranchMode::RO) {
+        for b in self.branches.indices().filter(|&b| !self.branches.is_ro(b)) {
             let Ok(d) = self.dir_on(b, rel) else { continue };
             for e in beneath::list_dir(d.as_fd())? {
                 let name = CString::new(e.name).expect("no NUL in a name");
@@ -217,7 +217,7 @@ impl UnionFs {
     /// The names directory `rel` shows in the union (whiteouts and what they hide left out).
     fn visible_children(&self, rel: &CStr) -> io::Result<Vec<CString>> {
         let mut names: Vec<CString> = Vec::new();
-        for b in 0..self.roots.len() {
+        for b in self.branches.indices() {
             let Some(d) = self.find_on(b, rel) else {
                 continue;
             };
@@ -244,7 +244,7 @@ impl UnionFs {
     /// EXDEV there unless it records a redirect).
     pub(crate) fn copy_up_tree(&self, rel: &CStr) -> io::Result<()> {
         let f = self.search(Func::Getattr, rel)?;
-        if self.modes[f.branch] == BranchMode::RO {
+        if self.branches.is_ro(f.branch) {
             self.copy_up(rel, &f)?;
         }
         for name in self.visible_children(rel)? {
@@ -252,14 +252,15 @@ impl UnionFs {
             let cf = self.search(Func::Getattr, &child)?;
             if cf.st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 self.copy_up_tree(&child)?;
-            } else if self.modes[cf.branch] == BranchMode::RO {
+            } else if self.branches.is_ro(cf.branch) {
                 self.copy_up(&child, &cf)?;
             }
         }
         let (parent, name) = split_parent(rel);
         let pd = self.dir_on(
-            (0..self.roots.len())
-                .find(|&b| self.modes[b] != BranchMode::RO && self.dir_on(b, rel).is_ok())
+            self.branches
+                .indices()
+                .find(|&b| !self.branches.is_ro(b) && self.dir_on(b, rel).is_ok())
                 .ok_or_else(|| errno(libc::EROFS))?,
             &parent,
         )?;

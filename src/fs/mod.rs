@@ -3,6 +3,7 @@
 //! the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
 //! (that is `sys`).
 
+mod branches;
 mod caller;
 mod clone;
 mod cow;
@@ -33,7 +34,8 @@ use rustix::fs::{Mode, OFlags};
 pub use inode::ROOT_ID;
 
 use crate::union::policy::BranchInfo;
-use crate::union::{Branch, BranchMode};
+use crate::union::Branch;
+use branches::{Branches, Root};
 use handle::HandleTable;
 use inode::InodeTable;
 use options::UnionOptions;
@@ -77,20 +79,10 @@ pub enum Error {
     NotADirectory(PathBuf),
 }
 
-/// An opened branch root.
-struct Root {
-    /// `O_PATH` descriptor of the branch directory; every guest path is resolved beneath it.
-    fd: OwnedFd,
-    /// Device of the branch root, to count each filesystem once in statfs.
-    dev: u64,
-}
-
 /// The union filesystem served to the guest.
 pub struct UnionFs {
     cfg: FsConfig,
-    roots: Vec<Root>,
-    modes: Vec<BranchMode>,
-    infos: Vec<BranchInfo>,
+    branches: Branches,
     /// How guest paths are resolved beneath branch roots (see `follow-symlinks`).
     resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
@@ -180,18 +172,17 @@ impl UnionFs {
             }
             _ => crate::sys::beneath::RESOLVE,
         };
+        let infos = cfg
+            .branches
+            .iter()
+            .map(|b| BranchInfo {
+                mode: b.mode,
+                min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
+            })
+            .collect();
         Ok(UnionFs {
-            modes: cfg.branches.iter().map(|b| b.mode).collect(),
-            infos: cfg
-                .branches
-                .iter()
-                .map(|b| BranchInfo {
-                    mode: b.mode,
-                    min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
-                })
-                .collect(),
+            branches: Branches::new(roots, infos),
             cfg,
-            roots,
             resolve,
             inodes: InodeTable::new(),
             handles: HandleTable::default(),
@@ -206,20 +197,20 @@ impl UnionFs {
     /// The `O_PATH` descriptors of the branch roots, in branch order (for the sandbox to
     /// bind-mount).
     pub fn root_fds(&self) -> Vec<(std::os::fd::BorrowedFd<'_>, &std::path::Path)> {
-        self.roots
-            .iter()
+        self.branches
+            .roots()
             .zip(&self.cfg.branches)
-            .map(|(r, b)| (r.fd.as_fd(), b.path.as_path()))
+            .map(|((_, r), b)| (r.fd.as_fd(), b.path.as_path()))
             .collect()
     }
 
     /// Replaces the branch root descriptors with `fds` (the same directories, opened again
     /// from inside the sandbox); EXDEV if one is not on its branch's filesystem.
     pub fn replace_roots(&mut self, fds: Vec<OwnedFd>) -> io::Result<()> {
-        if fds.len() != self.roots.len() {
+        if fds.len() != self.branches.len() {
             return Err(errno(libc::EINVAL));
         }
-        for (root, fd) in self.roots.iter_mut().zip(fds) {
+        for (root, fd) in self.branches.roots_mut().zip(fds) {
             let st = crate::sys::beneath::stat_fd(fd.as_fd())?;
             if st.st_dev != root.dev {
                 return Err(errno(libc::EXDEV));

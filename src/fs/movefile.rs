@@ -37,7 +37,7 @@ impl UnionFs {
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);
         // The current branch must not be chosen again: present it as read-only to the policy.
-        let mut infos = self.infos.clone();
+        let mut infos = self.branches.infos().to_vec();
         infos[from].mode = BranchMode::RO;
         let probe = super::resolve::OpeningProbe::new(self, &parent);
         let to = *policy

@@ -43,7 +43,7 @@ pub(crate) struct OpeningProbe<'a> {
 
 impl<'a> OpeningProbe<'a> {
     pub(crate) fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
-        let cache = RefCell::new((0..fs.roots.len()).map(|_| None).collect());
+        let cache = RefCell::new(fs.branches.indices().map(|_| None).collect());
         OpeningProbe {
             fs,
             rel,
@@ -211,7 +211,7 @@ pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: 
 impl UnionFs {
     /// The `O_PATH` root descriptor of `branch`.
     pub(crate) fn root(&self, branch: usize) -> BorrowedFd<'_> {
-        self.roots[branch].fd.as_fd()
+        self.branches.fd(branch)
     }
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
@@ -219,7 +219,12 @@ impl UnionFs {
         let policy = self.cfg.opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
-            .select(func.category(), &self.infos, rel.to_bytes(), &probe)
+            .select(
+                func.category(),
+                self.branches.infos(),
+                rel.to_bytes(),
+                &probe,
+            )
             .map_err(|e| probe.failure(errno(e)))?;
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
@@ -260,7 +265,7 @@ impl UnionFs {
         let o = &self.cfg.opts;
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         o.symlinkify
-            || (is_dir && self.roots.len() > 1)
+            || (is_dir && self.branches.len() > 1)
             || match o.inodecalc {
                 InodeCalc::PathHash | InodeCalc::PathHash32 => true,
                 InodeCalc::HybridHash | InodeCalc::HybridHash32 => is_dir,
@@ -274,11 +279,11 @@ impl UnionFs {
     /// of distinct subdirectories in the union. `bound` is the copy `st` came from; a directory
     /// on one branch keeps the host's own values.
     pub(crate) fn merge_dir_attrs(&self, st: &mut stat64, rel: &CStr, bound: &Found) {
-        if self.roots.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR || rel.is_empty() {
+        if self.branches.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR || rel.is_empty() {
             return;
         }
         let mut copies = Vec::new();
-        for b in (0..self.roots.len()).filter(|&b| b != bound.branch) {
+        for b in self.branches.indices().filter(|&b| b != bound.branch) {
             let Ok(fd) = self.open_on(b, rel) else {
                 continue;
             };
@@ -348,7 +353,12 @@ impl UnionFs {
         let policy = self.cfg.opts.policies.get(func);
         let probe = OpeningProbe::new(self, parent_rel);
         let chosen = policy
-            .select(func.category(), &self.infos, parent_rel.to_bytes(), &probe)
+            .select(
+                func.category(),
+                self.branches.infos(),
+                parent_rel.to_bytes(),
+                &probe,
+            )
             .map_err(|e| probe.failure(errno(e)))?;
         let mut out = Vec::with_capacity(chosen.len());
         for b in chosen {
@@ -371,9 +381,14 @@ impl UnionFs {
     /// Whether `rel` exists on any branch.
     pub(crate) fn exists_anywhere(&self, rel: &CStr) -> bool {
         if self.cfg.opts.cow {
-            return (0..self.roots.len()).any(|b| self.find_on(b, rel).is_some());
+            return self
+                .branches
+                .indices()
+                .any(|b| self.find_on(b, rel).is_some());
         }
-        (0..self.roots.len()).any(|b| self.open_on(b, rel).is_ok())
+        self.branches
+            .indices()
+            .any(|b| self.open_on(b, rel).is_ok())
     }
 
     /// `rel` on `branch` as an `O_PATH` descriptor, never following its last component.
@@ -431,10 +446,7 @@ impl UnionFs {
         };
         // Copy-on-write: another name of this base file was copied up; this name is linked
         // to that copy too, so that every name shows (and keeps, on disk) the one file.
-        if self.cfg.opts.cow
-            && self.modes[branch] == crate::union::BranchMode::RO
-            && self.has_copied_alias(&found)
-        {
+        if self.cfg.opts.cow && self.branches.is_ro(branch) && self.has_copied_alias(&found) {
             return self.copy_up(rel, &found).map(Some);
         }
         Ok(Some(found))

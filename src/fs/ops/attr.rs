@@ -16,7 +16,7 @@ use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, caps};
-use crate::union::{BranchMode, ErrnoFold};
+use crate::union::ErrnoFold;
 
 fn is_type(st: &stat64, t: u32) -> bool {
     st.st_mode & libc::S_IFMT == t
@@ -240,7 +240,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
 pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
     let f = fs.search_node(Func::Access, inode)?;
-    if mask & libc::W_OK as u32 != 0 && fs.modes[f.branch] == BranchMode::RO {
+    if mask & libc::W_OK as u32 != 0 && fs.branches.is_ro(f.branch) {
         return Err(errno(libc::EROFS));
     }
     if mask == libc::F_OK as u32 || is_type(&f.st, libc::S_IFLNK) {

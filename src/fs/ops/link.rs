@@ -170,7 +170,7 @@ fn link_unnamed(
         return Err(errno(libc::EEXIST));
     }
     let new_parent = fs.inodes.path(newparent)?;
-    if fs.modes[branch] == crate::union::BranchMode::RO {
+    if fs.branches.is_ro(branch) {
         return Err(errno(libc::EROFS));
     }
     let nd = fs

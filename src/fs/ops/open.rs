@@ -19,7 +19,6 @@ use crate::sys::{beneath, caps};
 
 /// `open_flags` bit: a truncating open by a guest caller without CAP_FSETID.
 const FOPEN_IN_KILL_SUIDGID: u32 = fuse_backend_rs::abi::fuse_abi::FOPEN_IN_KILL_SUIDGID;
-use crate::union::BranchMode;
 use std::ffi::CStr;
 
 /// The subset of guest open flags passed to the host; everything else (O_CREAT, O_PATH,
@@ -81,7 +80,7 @@ pub fn open(
         libc::S_IFLNK => return Err(errno(libc::ELOOP)),
         _ => return Err(errno(libc::EACCES)),
     }
-    if wants_write(flags) && fs.modes[f.branch] == BranchMode::RO {
+    if wants_write(flags) && fs.branches.is_ro(f.branch) {
         if !fs.cfg.opts.cow {
             return Err(errno(libc::EROFS));
         }

@@ -63,7 +63,9 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
     ];
     // Names need de-duplicating only against branches listed before; a directory on one
     // branch (the common case) needs no set at all.
-    let dirs: Vec<_> = (0..fs.roots.len())
+    let dirs: Vec<_> = fs
+        .branches
+        .indices()
         .filter_map(|b| fs.find_on(b, rel))
         .filter(|f| f.st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         .collect();

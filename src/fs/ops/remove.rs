@@ -60,7 +60,9 @@ fn cow_remove(
     parent_rel: &CStr,
     dir: bool,
 ) -> io::Result<()> {
-    let copies: Vec<_> = (0..fs.roots.len())
+    let copies: Vec<_> = fs
+        .branches
+        .indices()
         .filter_map(|b| fs.find_on(b, rel))
         .collect();
     let Some(first) = copies.first() else {
@@ -81,10 +83,7 @@ fn cow_remove(
     } else {
         AtFlags::empty()
     };
-    for f in copies
-        .iter()
-        .filter(|f| fs.modes[f.branch] != crate::union::BranchMode::RO)
-    {
+    for f in copies.iter().filter(|f| !fs.branches.is_ro(f.branch)) {
         let d = fs.dir_on(f.branch, parent_rel)?;
         fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
             Ok(rustix::fs::unlinkat(&d, name, flags)?)
@@ -102,7 +101,9 @@ impl UnionFs {
     /// With fewer than `min_copies` copies nothing is listed (the host's own rmdir on a single
     /// copy answers ENOTEMPTY itself).
     pub(crate) fn check_union_empty(&self, rel: &CStr, min_copies: usize) -> io::Result<()> {
-        let copies: Vec<_> = (0..self.roots.len())
+        let copies: Vec<_> = self
+            .branches
+            .indices()
             .filter_map(|b| self.dir_on(b, rel).ok())
             .collect();
         if copies.len() < min_copies {
@@ -129,10 +130,10 @@ impl UnionFs {
     /// Before renaming directory `src` over `dst`: ENOTEMPTY if `dst` is a directory that is
     /// not empty in the union.
     pub(crate) fn check_union_empty_target(&self, src: &CStr, dst: &CStr) -> io::Result<()> {
-        if self.roots.len() < 2 {
+        if self.branches.len() < 2 {
             return Ok(());
         }
-        let src_is_dir = (0..self.roots.len()).any(|b| self.dir_on(b, src).is_ok());
+        let src_is_dir = self.branches.indices().any(|b| self.dir_on(b, src).is_ok());
         if src_is_dir {
             // A target copy on a branch the source is not on would be merged, not replaced.
             self.check_union_empty(dst, 1)?;

@@ -17,7 +17,7 @@ use crate::fs::caller::Groups;
 use crate::fs::options::{Func, RenameExdev};
 use crate::fs::resolve::{check_name, split_parent, Found};
 use crate::fs::{errno, UnionFs};
-use crate::union::{BranchMode, ErrnoFold};
+use crate::union::ErrnoFold;
 
 /// The hidden directory where `rename-exdev` symlink modes park moved sources.
 pub const EXDEV_DIR: &str = ".mergerfs_rename_exdev";
@@ -114,7 +114,7 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
     if src.st.st_mode & libc::S_IFMT == libc::S_IFDIR && fs.lower_has(&n.old_rel) {
         fs.copy_up_tree(&n.old_rel)?;
     }
-    for b in (0..fs.roots.len()).filter(|&b| fs.modes[b] != BranchMode::RO) {
+    for b in fs.branches.indices().filter(|&b| !fs.branches.is_ro(b)) {
         if let Ok(d) = fs.dir_on(b, &n.new_parent) {
             fs.remove_whiteout(&d, n.newname)?;
         }
@@ -125,7 +125,7 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
 /// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
 /// As the caller, who may lack the permission.
 fn remove_on(fs: &UnionFs, ctx: &Context, branch: usize, rel: &CStr) {
-    if fs.modes[branch] == BranchMode::RO {
+    if fs.branches.is_ro(branch) {
         return;
     }
     let (parent, name) = split_parent(rel);
@@ -171,7 +171,7 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
     let mut remove = Vec::new();
     let mut success = false;
     let mut refused = None;
-    for b in 0..fs.roots.len() {
+    for b in fs.branches.indices() {
         if !old.contains(&b) {
             remove.push((b, &n.new_rel));
         } else if let Err(e) = rename_on(fs, b, n, RenameFlags::empty()) {
@@ -201,7 +201,7 @@ fn create_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
     let from = fs.search(Func::Getattr, &n.new_parent)?.branch;
     let mut remove = Vec::new();
     let mut last = Ok(());
-    for b in 0..fs.roots.len() {
+    for b in fs.branches.indices() {
         if !old.contains(&b) {
             remove.push((b, &n.new_rel));
             continue;

@@ -23,7 +23,7 @@ pub fn statfs(fs: &UnionFs, inode: u64) -> io::Result<statvfs64> {
     let mut out = zeroed_statvfs();
     let (mut blocks, mut bfree, mut bavail) = (0u128, 0u128, 0u128);
     let mut namemax = u64::MAX;
-    for (b, root) in fs.roots.iter().enumerate() {
+    for (b, root) in fs.branches.roots() {
         if opts.statfs == StatfsMode::Full && fs.open_on(b, &rel).is_err() {
             continue;
         }
@@ -34,8 +34,8 @@ pub fn statfs(fs: &UnionFs, inode: u64) -> io::Result<statvfs64> {
         let readonly = st.f_flag.contains(StatVfsMountFlags::RDONLY);
         let ignore_free = match opts.statfs_ignore {
             StatfsIgnore::None => false,
-            StatfsIgnore::Ro => readonly || fs.modes[b] != BranchMode::RW,
-            StatfsIgnore::Nc => fs.modes[b] == BranchMode::NC,
+            StatfsIgnore::Ro => readonly || fs.branches.mode(b) != BranchMode::RW,
+            StatfsIgnore::Nc => fs.branches.mode(b) == BranchMode::NC,
         };
         if out.f_frsize == 0 {
             out.f_frsize = st.f_frsize.max(1);

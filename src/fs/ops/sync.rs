@@ -7,15 +7,14 @@ use rustix::fs::OFlags;
 
 use crate::fs::UnionFs;
 use crate::sys::beneath;
-use crate::union::BranchMode;
 
 /// syncfs on each distinct filesystem under a branch that may be written (RW or NC); the
 /// first error is reported after all were tried.
 pub fn syncfs(fs: &UnionFs) -> io::Result<()> {
     let mut done: Vec<u64> = Vec::new();
     let mut first_err = None;
-    for (b, root) in fs.roots.iter().enumerate() {
-        if fs.modes[b] == BranchMode::RO || done.contains(&root.dev) {
+    for (b, root) in fs.branches.roots() {
+        if fs.branches.is_ro(b) || done.contains(&root.dev) {
             continue;
         }
         done.push(root.dev);
