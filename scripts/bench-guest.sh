@@ -43,33 +43,14 @@ one-queue) head_ours="union-virtiofsd, $queues queues" head_theirs="union-virtio
 *) die "--versus: virtiofsd or one-queue, not $versus" ;;
 esac
 
-vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
-if [ ! -x "$vfsd" ]; then
-    cargo install --locked virtiofsd --version 1.14.0 --root "$root/.cache/tools/virtiofsd" >&2
-fi
-command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
+bench_tools
 command -v gnuplot >/dev/null || as_root apt-get install -y -qq --no-install-recommends gnuplot-nox >&2
-cargo build --quiet --release --bin union-virtiofsd >&2
-ours="$root/target/release/union-virtiofsd"
 if [ -n "$suite" ]; then
     kernel=$(GUEST_KERNEL_SUITE=$suite scripts/fetch-kernel.sh)
 else
     kernel=$(scripts/fetch-kernel.sh)
 fi
 initrd=$(scripts/build-initramfs.sh)
-
-# fio, coreutils' date and the source tree for the guest, packed once.
-bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
-if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "$0" ]; then
-    w=$(mktemp -d)
-    chmod 755 "$w"
-    mkdir -p "$w/opt/bench/bin"
-    for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
-    copy_libs "$w" /usr/bin/fio /usr/bin/date
-    tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
-    pack_cpio "$w" "$bench_cpio"
-    rm -rf "$w"
-fi
 
 scenario="$out/scenario.sh"
 echo "FIO_ONLY=$fio_only" >"$scenario"

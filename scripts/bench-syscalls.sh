@@ -25,26 +25,9 @@ done
 mkdir -p "$out"
 
 command -v strace >/dev/null || as_root apt-get install -y -qq --no-install-recommends strace >&2
-# The guest archive with fio, the daemons and the kernel, as scripts/bench-guest.sh has them.
-vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
-if [ ! -x "$vfsd" ]; then
-    cargo install --locked virtiofsd --version 1.14.0 --root "$root/.cache/tools/virtiofsd" >&2
-fi
-command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
-cargo build --quiet --release --bin union-virtiofsd >&2
-ours="$root/target/release/union-virtiofsd"
+bench_tools
 kernel=$(scripts/fetch-kernel.sh)
 initrd=$(scripts/build-initramfs.sh)
-fio_cpio="$UVFS_GUEST_CACHE/fio.cpio"
-if [ ! -s "$fio_cpio" ] || [ "$fio_cpio" -ot "$0" ]; then
-    w=$(mktemp -d)
-    chmod 755 "$w"
-    mkdir -p "$w/opt/bench/bin"
-    install -m 755 /usr/bin/fio "$w/opt/bench/bin/"
-    copy_libs "$w" /usr/bin/fio
-    pack_cpio "$w" "$fio_cpio"
-    rm -rf "$w"
-fi
 
 # name  requests  fio arguments (empty: set-up only)
 workloads=(
@@ -76,7 +59,7 @@ run_one() {
     for _ in $(seq 400); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || die "$who: no socket"
     bash qemu/run-guest.sh --socket "$sock" --smp 2 --mem 1G --kernel "$kernel" \
-        --initrd "$initrd" --extra-initrd "$fio_cpio" --script "$scenario" \
+        --initrd "$initrd" --extra-initrd "$bench_cpio" --script "$scenario" \
         >"$out/$who.$name.console" 2>&1 || true
     for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     pkill -TERM -P "$pid" 2>/dev/null || true

@@ -63,3 +63,29 @@ pack_cpio() {
         cpio --null -o -H newc --owner=0:0 --quiet) >"$2.tmp"
     mv "$2.tmp" "$2"
 }
+
+# bench_tools: what the guest benchmarks share. virtiofsd 1.14 (cargo install'ed into
+# .cache/tools if absent), fio, this daemon's release build, and the guest archive with fio,
+# coreutils' date and a source tree (about 2,000 headers from /usr/include) under /opt/bench.
+# Sets vfsd, ours and bench_cpio.
+bench_tools() {
+    vfsd="$UVFS_ROOT/.cache/tools/virtiofsd/bin/virtiofsd"
+    if [ ! -x "$vfsd" ]; then
+        cargo install --locked virtiofsd --version 1.14.0 --root "$UVFS_ROOT/.cache/tools/virtiofsd" >&2
+    fi
+    command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
+    (cd "$UVFS_ROOT" && cargo build --quiet --release --bin union-virtiofsd >&2)
+    ours="$UVFS_ROOT/target/release/union-virtiofsd"
+    bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
+    if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "${BASH_SOURCE[0]}" ]; then
+        local w p
+        w=$(mktemp -d)
+        chmod 755 "$w"
+        mkdir -p "$w/opt/bench/bin"
+        for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
+        copy_libs "$w" /usr/bin/fio /usr/bin/date
+        tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
+        pack_cpio "$w" "$bench_cpio"
+        rm -rf "$w"
+    fi
+}

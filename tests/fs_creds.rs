@@ -41,40 +41,40 @@ fn ids(uid: (Kind, u32, u32, u32), gid: (Kind, u32, u32, u32)) -> Ids {
     }
 }
 
-fn set_mode(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64, mode: u32) -> i32 {
+/// SETATTR of `valid` on `inode` as `who`, the attributes changed by `change`: 0 or the errno.
+fn set_attr(
+    fs: &union_virtiofsd::fs::UnionFs,
+    who: &Context,
+    inode: u64,
+    valid: SetattrValid,
+    change: impl FnOnce(&mut libc::stat64),
+) -> i32 {
     let mut attr = fs.getattr(&ctx(), inode, None).unwrap().0;
-    attr.st_mode = (attr.st_mode & libc::S_IFMT) | mode;
-    match fs.setattr(who, inode, attr, None, SetattrValid::MODE) {
+    change(&mut attr);
+    match fs.setattr(who, inode, attr, None, valid) {
         Ok(_) => 0,
         Err(e) => e.raw_os_error().unwrap(),
     }
+}
+
+fn set_mode(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64, mode: u32) -> i32 {
+    set_attr(fs, who, inode, SetattrValid::MODE, |a| {
+        a.st_mode = (a.st_mode & libc::S_IFMT) | mode
+    })
 }
 
 fn set_size(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64, size: i64) -> i32 {
-    let mut attr = fs.getattr(&ctx(), inode, None).unwrap().0;
-    attr.st_size = size;
-    match fs.setattr(who, inode, attr, None, SetattrValid::SIZE) {
-        Ok(_) => 0,
-        Err(e) => e.raw_os_error().unwrap(),
-    }
+    set_attr(fs, who, inode, SetattrValid::SIZE, |a| a.st_size = size)
 }
 
 fn set_group(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64, gid: u32) -> i32 {
-    let mut attr = fs.getattr(&ctx(), inode, None).unwrap().0;
-    attr.st_gid = gid;
-    match fs.setattr(who, inode, attr, None, SetattrValid::GID) {
-        Ok(_) => 0,
-        Err(e) => e.raw_os_error().unwrap(),
-    }
+    set_attr(fs, who, inode, SetattrValid::GID, |a| a.st_gid = gid)
 }
 
 fn set_times(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64) -> i32 {
-    let mut attr = fs.getattr(&ctx(), inode, None).unwrap().0;
-    attr.st_mtime = 1_000_000;
-    match fs.setattr(who, inode, attr, None, SetattrValid::MTIME) {
-        Ok(_) => 0,
-        Err(e) => e.raw_os_error().unwrap(),
-    }
+    set_attr(fs, who, inode, SetattrValid::MTIME, |a| {
+        a.st_mtime = 1_000_000
+    })
 }
 
 /// Every change a request can make to `file` (in `dir`), made as `who`, is refused, and the
