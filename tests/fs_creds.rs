@@ -343,3 +343,44 @@ fn a_guest_user_does_not_act_with_the_daemons_supplementary_groups() {
     assert_eq!(fs::metadata(g.join("rootsub")).unwrap().gid(), 4242);
     assert_ne!(e.inode, 0);
 }
+
+/// Copy-on-write: what the daemon does on its own (whiteouts, copy-up) waits for the caller's
+/// permission, and a refused create over a whiteout leaves the deleted base entry hidden.
+#[test]
+fn copy_on_write_changes_wait_for_the_callers_permission() {
+    let upper = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    for t in [upper.path(), base.path()] {
+        fs::set_permissions(t, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    make(&base.path().join("d"), true, (0, 0), 0o755);
+    make(&base.path().join("d/f"), false, (0, 0), 0o644);
+    make(&base.path().join("d/g"), false, (0, 0), 0o644);
+    make(&base.path().join("t"), true, (0, 0), 0o1777);
+    make(&base.path().join("t/theirs"), false, (4000, 4000), 0o666);
+    let fs = union_with(
+        &[(upper.path(), "RW"), (base.path(), "RO")],
+        "cow=true,minfreespace=0",
+    );
+    let me = user(1000, 1000);
+    let d = walk(&fs, "d").unwrap();
+    let t = walk(&fs, "t").unwrap();
+    assert_eq!(errno_of(fs.unlink(&me, d.inode, &c("f"))), libc::EACCES);
+    assert_eq!(
+        errno_of(fs.rename(&me, d.inode, &c("f"), d.inode, &c("h"), 0)),
+        libc::EACCES
+    );
+    assert_eq!(errno_of(fs.unlink(&me, t.inode, &c("theirs"))), libc::EPERM);
+    // Nothing reached the upper layer, and everything still shows.
+    assert!(!upper.path().join("d/f").exists() && !upper.path().join("t/theirs").exists());
+    assert!(walk(&fs, "d/f").is_ok() && walk(&fs, "t/theirs").is_ok());
+    // Root deletes d/g (a whiteout); the user's create there is refused and g stays deleted.
+    fs.unlink(&ctx(), d.inode, &c("g")).unwrap();
+    assert_eq!(
+        errno_of(fs.mknod(&me, d.inode, &c("g"), libc::S_IFREG | 0o644, 0, 0)),
+        libc::EACCES
+    );
+    assert_eq!(errno_of(walk(&fs, "d/g")), libc::ENOENT);
+    let wh = fs::symlink_metadata(upper.path().join("d/g")).unwrap();
+    assert_eq!((wh.mode() & libc::S_IFMT, wh.rdev()), (libc::S_IFCHR, 0));
+}

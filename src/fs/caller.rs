@@ -88,3 +88,86 @@ impl UnionFs {
         map.to_host(map.to_guest(g)) == Ok(g)
     }
 }
+
+/// Whether caller `uid`/`gid` may remove an entry owned by `victim_uid` from directory `dir`,
+/// by the directory's mode bits as the kernel checks them (write and search permission, then
+/// the sticky bit), for changes the daemon makes itself rather than as the caller (a
+/// copy-on-write whiteout). `group_claimable`: the directory's group is one the caller could
+/// claim, which the host grants on a retry ([`UnionFs::as_caller`]). Root may always.
+pub(crate) fn may_remove(
+    uid: u32,
+    gid: u32,
+    dir: &libc::stat64,
+    victim_uid: u32,
+    group_claimable: bool,
+) -> io::Result<()> {
+    if uid == 0 {
+        return Ok(());
+    }
+    let wx = |shift: u32| (dir.st_mode >> shift) & 0o3 == 0o3;
+    let allowed = if uid == dir.st_uid {
+        wx(6)
+    } else if gid == dir.st_gid {
+        wx(3)
+    } else {
+        wx(0) || (group_claimable && wx(3))
+    };
+    if !allowed {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    if dir.st_mode & libc::S_ISVTX != 0 && uid != victim_uid && uid != dir.st_uid {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_remove;
+
+    fn dir(mode: u32, uid: u32, gid: u32) -> libc::stat64 {
+        // SAFETY: stat64 is plain integers; all-zero is a valid value.
+        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        st.st_mode = libc::S_IFDIR | mode;
+        st.st_uid = uid;
+        st.st_gid = gid;
+        st
+    }
+
+    fn errno(r: std::io::Result<()>) -> i32 {
+        r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+    }
+
+    #[test]
+    fn owner_group_and_other_bits_decide_in_the_kernels_order() {
+        // Owner bits for the owner, even when "other" would allow.
+        assert_eq!(
+            errno(may_remove(5, 5, &dir(0o577, 5, 9), 5, true)),
+            libc::EACCES
+        );
+        // Group bits for a member by gid.
+        assert_eq!(errno(may_remove(6, 9, &dir(0o730, 5, 9), 6, false)), 0);
+        assert_eq!(
+            errno(may_remove(6, 9, &dir(0o757, 5, 9), 6, false)),
+            libc::EACCES
+        );
+        // Others: "other" bits, or the group's when the caller could claim the group.
+        assert_eq!(errno(may_remove(7, 7, &dir(0o707, 5, 9), 7, false)), 0);
+        assert_eq!(
+            errno(may_remove(7, 7, &dir(0o770, 5, 9), 7, false)),
+            libc::EACCES
+        );
+        assert_eq!(errno(may_remove(7, 7, &dir(0o770, 5, 9), 7, true)), 0);
+        // Root may always.
+        assert_eq!(errno(may_remove(0, 0, &dir(0o000, 5, 9), 5, false)), 0);
+    }
+
+    #[test]
+    fn a_sticky_directory_keeps_other_users_entries() {
+        let tmp = dir(0o1777, 0, 0);
+        assert_eq!(errno(may_remove(7, 7, &tmp, 8, false)), libc::EPERM);
+        assert_eq!(errno(may_remove(7, 7, &tmp, 7, false)), 0);
+        // The directory's owner may remove anyone's entry there.
+        assert_eq!(errno(may_remove(3, 3, &dir(0o1777, 3, 3), 8, false)), 0);
+    }
+}

@@ -172,6 +172,27 @@ impl UnionFs {
         }
     }
 
+    /// Runs `make`, which makes `name` in `dir` as the caller, with a whiteout at `name` out of
+    /// the way (copy-on-write only); if `make` fails the whiteout is put back, so a refused
+    /// create never uncovers what the layers below hold. Also says whether there was one.
+    pub(crate) fn over_whiteout<T>(
+        &self,
+        dir: &impl AsFd,
+        name: &CStr,
+        make: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<(T, bool)> {
+        let removed = self.cfg.opts.cow && self.remove_whiteout(dir, name)?;
+        match make() {
+            Ok(t) => Ok((t, removed)),
+            Err(e) => {
+                if removed {
+                    put_whiteout(dir, name)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// After `rel` was removed from the RW branches: a whiteout where an RO branch still has
     /// it, in the upper layer the create policy picks for its parent.
     pub(crate) fn whiteout_if_lower(&self, rel: &CStr) -> io::Result<()> {
@@ -180,12 +201,15 @@ impl UnionFs {
         }
         let (parent, name) = split_parent(rel);
         let (_, dir_fd) = self.upper_dir(&parent)?;
-        match rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0) {
-            Ok(()) => Ok(()),
-            Err(rustix::io::Errno::EXIST) if self.remove_whiteout(&dir_fd, &name)? => Ok(
-                rustix::fs::mknodat(&dir_fd, &name, FileType::CharacterDevice, Mode::empty(), 0)?,
-            ),
-            Err(e) => Err(e.into()),
+        match put_whiteout(&dir_fd, &name) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                if self.remove_whiteout(&dir_fd, &name)? {
+                    put_whiteout(&dir_fd, &name)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
         }
     }
 
@@ -313,4 +337,15 @@ impl UnionFs {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains_key(&(f.st.st_dev, f.st.st_ino))
     }
+}
+
+/// An overlayfs whiteout (a 0/0 character device) at `name` in `dir`, made by the daemon.
+fn put_whiteout(dir: &impl AsFd, name: &CStr) -> io::Result<()> {
+    Ok(rustix::fs::mknodat(
+        dir,
+        name,
+        FileType::CharacterDevice,
+        Mode::empty(),
+        0,
+    )?)
 }

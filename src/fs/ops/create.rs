@@ -56,10 +56,13 @@ fn make_on_each(
     let mut first = None;
     for dir in &targets {
         // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
-        let over_whiteout = fs.cfg.opts.cow && fs.remove_whiteout(&*dir.fd, name)?;
-        let r = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
-            make(dir).map_err(io::Error::from)
+        let r = fs.over_whiteout(&*dir.fd, name, || {
+            fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
+                make(dir).map_err(io::Error::from)
+            })
         });
+        let over_whiteout = matches!(r, Ok((_, true)));
+        let r = r.map(|(made, _)| made);
         if r.is_ok() && over_whiteout && func == Func::Mkdir {
             fs.make_opaque(&*dir.fd, name)?;
         }
@@ -156,16 +159,15 @@ pub fn create(
         }
     };
     fs.check_handle_room()?;
-    if fs.cfg.opts.cow {
-        fs.remove_whiteout(&*dir.fd, name)?;
-    }
-    let fd = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
-        beneath::open_beneath(
-            dir.fd.as_fd(),
-            name,
-            flags | OFlags::CREATE | OFlags::EXCL,
-            Mode::from_raw_mode(args.mode & 0o7777),
-        )
+    let (fd, _) = fs.over_whiteout(&*dir.fd, name, || {
+        fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
+            beneath::open_beneath(
+                dir.fd.as_fd(),
+                name,
+                flags | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(args.mode & 0o7777),
+            )
+        })
     })?;
     let st = beneath::stat_fd(fd.as_fd())?;
     // The node keeps an O_PATH descriptor of the new file, not the open one.

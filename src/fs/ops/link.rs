@@ -80,20 +80,20 @@ fn link_on_branches(
             let nd = fs
                 .dir_on(f.branch, new_parent)
                 .map_err(|_| errno(libc::EXDEV))?;
-            if fs.cfg.opts.cow {
-                // Copy-on-write: a whiteout at the new name goes (dpkg links status to
-                // status-old right after unlinking the old backup).
-                fs.remove_whiteout(&nd, newname)?;
-            }
-            fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
-                Ok(rustix::fs::linkat(
-                    &od,
-                    &old_name,
-                    &nd,
-                    newname,
-                    AtFlags::empty(),
-                )?)
+            // Copy-on-write: a whiteout at the new name goes (dpkg links status to
+            // status-old right after unlinking the old backup).
+            fs.over_whiteout(&nd, newname, || {
+                fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
+                    Ok(rustix::fs::linkat(
+                        &od,
+                        &old_name,
+                        &nd,
+                        newname,
+                        AtFlags::empty(),
+                    )?)
+                })
             })
+            .map(drop)
         })();
         fold.add(&r);
         if r.is_ok() && first.is_none() {

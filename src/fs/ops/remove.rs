@@ -6,11 +6,12 @@ use std::io;
 
 use rustix::fs::AtFlags;
 
-use crate::fs::caller::Groups;
+use crate::fs::caller::{may_remove, Groups};
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
+use crate::sys::creds;
 use crate::union::ErrnoFold;
 use fuse_backend_rs::api::filesystem::Context;
 use std::os::fd::AsFd;
@@ -73,6 +74,18 @@ fn cow_remove(
         (true, false) => return Err(errno(libc::ENOTDIR)),
         (false, true) => return Err(errno(libc::EISDIR)),
         _ => {}
+    }
+    // What goes on RW branches goes as the caller; the whiteout is the daemon's own, so the
+    // caller's permission to remove the entry from the directory it sees is checked first.
+    if ctx.uid != 0 && creds::acts_as_caller() {
+        let dir = fs.search(Func::Getattr, parent_rel)?;
+        may_remove(
+            ctx.uid,
+            ctx.gid,
+            &dir.st,
+            first.st.st_uid,
+            fs.claimable_gid(dir.st.st_gid),
+        )?;
     }
     if dir {
         fs.check_union_empty(rel, 1)?;
