@@ -384,3 +384,67 @@ fn copy_on_write_changes_wait_for_the_callers_permission() {
     let wh = fs::symlink_metadata(upper.path().join("d/g")).unwrap();
     assert_eq!((wh.mode() & libc::S_IFMT, wh.rdev()), (libc::S_IFCHR, 0));
 }
+
+/// File capabilities (`security.capability`) go as the kernel removes them: on a write, a
+/// truncate and a chown by the guest caller.
+#[test]
+fn file_capabilities_are_cleared_by_write_truncate_and_chown() {
+    let branch = tempfile::tempdir().unwrap();
+    let p = branch.path().join("tool");
+    make(&p, false, (1000, 1000), 0o755);
+    // VFS_CAP_REVISION_2, permitted = CAP_NET_RAW (13): four little-endian u32 after magic.
+    let mut cap = 0x0200_0000u32.to_le_bytes().to_vec();
+    for w in [1u32 << 13, 0, 0, 0] {
+        cap.extend_from_slice(&w.to_le_bytes());
+    }
+    let set_cap = || {
+        rustix::fs::setxattr(
+            &p,
+            "security.capability",
+            &cap,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(xattr_of(&p, "security.capability").is_some());
+    };
+    let fs = union_with(&[(branch.path(), "RW")], "minfreespace=0");
+    let me = user(1000, 1000);
+    let tool = walk(&fs, "tool").unwrap();
+
+    set_cap();
+    let fh = fs
+        .open(&me, tool.inode, libc::O_WRONLY as u32, 0)
+        .unwrap()
+        .0
+        .unwrap();
+    let n = fs
+        .write(
+            &me,
+            tool.inode,
+            fh,
+            &mut SliceReader(b"x".to_vec(), 0),
+            1,
+            0,
+            None,
+            false,
+            0,
+            0,
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    fs.release(&me, tool.inode, 0, fh, false, false, None)
+        .unwrap();
+    assert_eq!(xattr_of(&p, "security.capability"), None, "after a write");
+
+    set_cap();
+    assert_eq!(set_size(&fs, &me, tool.inode, 0), 0);
+    assert_eq!(
+        xattr_of(&p, "security.capability"),
+        None,
+        "after a truncate"
+    );
+
+    set_cap();
+    assert_eq!(set_group(&fs, &me, tool.inode, 1000), 0);
+    assert_eq!(xattr_of(&p, "security.capability"), None, "after a chown");
+}
