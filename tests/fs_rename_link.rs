@@ -227,3 +227,55 @@ fn a_directory_renamed_away_and_back() {
         .unwrap();
     assert!(a.path().join("dir/subdir").is_dir());
 }
+
+/// A rename that succeeds on one branch and fails on another (here: the caller may not write
+/// the second branch's directory) leaves neither name bound to a node that no longer sits
+/// there: a change through the node the guest held reaches that node's own file, never the
+/// other branch's file now found at its old name.
+#[test]
+fn a_partial_rename_leaves_the_table_telling_the_truth() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fs::set_permissions(a.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(b.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for (dir, data) in [(a.path(), "A"), (b.path(), "B")] {
+        fs::write(dir.join("f"), data).unwrap();
+        std::os::unix::fs::chown(dir.join("f"), Some(1000), Some(1000)).unwrap();
+        fs::set_permissions(dir.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let fs = union_with(
+        &[(a.path(), "RW"), (b.path(), "RW")],
+        "category.create=ff,minfreespace=0",
+    );
+    let held = fs.lookup(&ctx(), ROOT_ID, &c("f")).unwrap();
+    let user = fuse_backend_rs::api::filesystem::Context {
+        uid: 1000,
+        gid: 1000,
+        pid: 1,
+    };
+    assert_eq!(
+        errno_of(fs.rename(&user, ROOT_ID, &c("f"), ROOT_ID, &c("g"), 0)),
+        libc::EACCES
+    );
+    assert!(a.path().join("g").exists() && b.path().join("f").exists());
+    let mut attr = held.attr;
+    attr.st_mode = libc::S_IFREG | 0o600;
+    fs.setattr(
+        &ctx(),
+        held.inode,
+        attr,
+        None,
+        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
+    )
+    .unwrap();
+    let mode = |p: &std::path::Path| fs::metadata(p).unwrap().mode() & 0o777;
+    assert_eq!(mode(&a.path().join("g")), 0o600, "the held node's own file");
+    assert_eq!(
+        mode(&b.path().join("f")),
+        0o644,
+        "not the file now at its old name"
+    );
+    // Looked up afresh, each name shows what is there.
+    let f = fs.lookup(&ctx(), ROOT_ID, &c("f")).unwrap();
+    assert_eq!(read_file(&fs, f.inode).unwrap(), b"B");
+}

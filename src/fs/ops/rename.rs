@@ -86,12 +86,21 @@ pub fn rename(
         }
         return Ok(());
     }
+    let mut moved = false;
     let done = if fs.cfg.opts.policies.get(Func::Create).path_preserving() {
         preserve_path(fs, &n)
     } else {
-        create_path(fs, &n)
+        create_path(fs, &n, &mut moved)
     };
     match done {
+        Err(e) if moved && e.raw_os_error() != Some(libc::EXDEV) => {
+            // Renamed on some branches, not on others: neither name is what the table says
+            // any more. Both are unbound (their nodes keep working through their own
+            // descriptors), and the guest looks them up afresh.
+            fs.inodes.unlink(olddir, oldname);
+            fs.inodes.unlink(newdir, newname);
+            return Err(e);
+        }
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
             exdev(fs, ctx, &n, newdir)?;
             // The guest now sees a symlink at the new name; let it look both names up afresh.
@@ -218,7 +227,8 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
 
 /// mergerfs's rename for create policies that clone paths: a missing destination directory is
 /// cloned from where the getattr policy finds it, then the rename is retried.
-fn create_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
+/// `moved` says whether any branch renamed, also when the answer is an error.
+fn create_path(fs: &UnionFs, n: &Names, moved: &mut bool) -> io::Result<()> {
     let old = holders(fs, &n.old_rel)?;
     let from = fs.search(Func::Getattr, &n.new_parent)?.branch;
     let mut remove = Vec::new();
@@ -234,6 +244,8 @@ fn create_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
         }
         if r.is_err() {
             remove.push((b, &n.old_rel));
+        } else {
+            *moved = true;
         }
         last = r;
     }
