@@ -126,8 +126,7 @@ mod tests {
     use super::may_remove;
 
     fn dir(mode: u32, uid: u32, gid: u32) -> libc::stat64 {
-        // SAFETY: stat64 is plain integers; all-zero is a valid value.
-        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        let mut st = crate::sys::abi::zeroed_stat();
         st.st_mode = libc::S_IFDIR | mode;
         st.st_uid = uid;
         st.st_gid = gid;
