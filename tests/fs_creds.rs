@@ -41,6 +41,32 @@ fn ids(uid: (Kind, u32, u32, u32), gid: (Kind, u32, u32, u32)) -> Ids {
     }
 }
 
+/// Opens `inode` for writing as `who`, writes `data` at offset 0 and closes it.
+fn write_as(fs: &union_virtiofsd::fs::UnionFs, who: &Context, inode: u64, data: &[u8]) {
+    let fh = fs
+        .open(who, inode, libc::O_WRONLY as u32, 0)
+        .unwrap()
+        .0
+        .unwrap();
+    let mut r = SliceReader(data.to_vec(), 0);
+    let n = fs
+        .write(
+            who,
+            inode,
+            fh,
+            &mut r,
+            data.len() as u32,
+            0,
+            None,
+            false,
+            0,
+            0,
+        )
+        .unwrap();
+    assert_eq!(n, data.len());
+    fs.release(who, inode, 0, fh, false, false, None).unwrap();
+}
+
 /// SETATTR of `valid` on `inode` as `who`, the attributes changed by `change`: 0 or the errno.
 fn set_attr(
     fs: &union_virtiofsd::fs::UnionFs,
@@ -232,28 +258,7 @@ fn guest_root_squashed_by_the_id_map_acts_as_nobody() {
         0o4777,
     );
     let suid = walk(&fs, "open/suid").unwrap();
-    let fh = fs
-        .open(&ctx(), suid.inode, libc::O_WRONLY as u32, 0)
-        .unwrap()
-        .0
-        .unwrap();
-    let n = fs
-        .write(
-            &ctx(),
-            suid.inode,
-            fh,
-            &mut SliceReader(b"x".to_vec(), 0),
-            1,
-            0,
-            None,
-            false,
-            0,
-            0,
-        )
-        .unwrap();
-    assert_eq!(n, 1);
-    fs.release(&ctx(), suid.inode, 0, fh, false, false, None)
-        .unwrap();
+    write_as(&fs, &ctx(), suid.inode, b"x");
     let m = fs::metadata(branch.path().join("open/suid")).unwrap();
     assert_eq!(
         m.mode() & 0o7777,
@@ -412,28 +417,7 @@ fn file_capabilities_are_cleared_by_write_truncate_and_chown() {
     let tool = walk(&fs, "tool").unwrap();
 
     set_cap();
-    let fh = fs
-        .open(&me, tool.inode, libc::O_WRONLY as u32, 0)
-        .unwrap()
-        .0
-        .unwrap();
-    let n = fs
-        .write(
-            &me,
-            tool.inode,
-            fh,
-            &mut SliceReader(b"x".to_vec(), 0),
-            1,
-            0,
-            None,
-            false,
-            0,
-            0,
-        )
-        .unwrap();
-    assert_eq!(n, 1);
-    fs.release(&me, tool.inode, 0, fh, false, false, None)
-        .unwrap();
+    write_as(&fs, &me, tool.inode, b"x");
     assert_eq!(xattr_of(&p, "security.capability"), None, "after a write");
 
     set_cap();
