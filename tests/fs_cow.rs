@@ -15,7 +15,7 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use fsharness::{c, create_file, ctx, errno_of, read_file, union_with, walk, Tmpfs};
+use fsharness::{c, chmod_as, create_file, ctx, errno_of, read_file, union_with, walk, Tmpfs};
 use fuse_backend_rs::api::filesystem::FileSystem;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
@@ -144,16 +144,7 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     );
     // chmod of a base file: copied up.
     let keep = walk(&u, "keep").unwrap();
-    let mut attr = keep.attr;
-    attr.st_mode = libc::S_IFREG | 0o600;
-    u.setattr(
-        &ctx(),
-        keep.inode,
-        attr,
-        None,
-        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
-    )
-    .unwrap();
+    chmod_as(&u, &ctx(), &keep, 0o600).unwrap();
     assert_eq!(walk(&u, "keep").unwrap().attr.st_mode & 0o777, 0o600);
     // Deleting a base file leaves a whiteout; it is gone from lookup and listing.
     let etc = walk(&u, "etc").unwrap();
@@ -208,16 +199,7 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     .unwrap();
     let h2 = walk(&u, "hard2").unwrap();
     assert_eq!(read_file(&u, h2.inode).unwrap(), b"linked twice");
-    let mut a2 = h2.attr;
-    a2.st_mode = libc::S_IFREG | 0o640;
-    u.setattr(
-        &ctx(),
-        h2.inode,
-        a2,
-        None,
-        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
-    )
-    .unwrap();
+    chmod_as(&u, &ctx(), &h2, 0o640).unwrap();
     let (m1, m2) = (
         fs::metadata(upper.join("hard1")).unwrap(),
         fs::metadata(upper.join("hard2")).unwrap(),
@@ -384,13 +366,7 @@ fn on_union(u: &UnionFs, op: &Op) -> Result<(), i32> {
             u.setattr(&ctx(), e.inode, a, None, SetattrValid::SIZE)
                 .map(drop)
         }
-        Op::Chmod(p, mode) => {
-            let e = walk(u, p)?;
-            let mut a = e.attr;
-            a.st_mode = (a.st_mode & libc::S_IFMT) | mode;
-            u.setattr(&ctx(), e.inode, a, None, SetattrValid::MODE)
-                .map(drop)
-        }
+        Op::Chmod(p, mode) => chmod_as(u, &ctx(), &walk(u, p)?, *mode),
         Op::Unlink(p) => {
             let (d, n) = parent_of(u, p)?;
             u.unlink(&ctx(), d, &c(&n))

@@ -258,16 +258,7 @@ fn a_partial_rename_leaves_the_table_telling_the_truth() {
         libc::EACCES
     );
     assert!(a.path().join("g").exists() && b.path().join("f").exists());
-    let mut attr = held.attr;
-    attr.st_mode = libc::S_IFREG | 0o600;
-    fs.setattr(
-        &ctx(),
-        held.inode,
-        attr,
-        None,
-        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
-    )
-    .unwrap();
+    chmod_as(&fs, &ctx(), &held, 0o600).unwrap();
     let mode = |p: &std::path::Path| fs::metadata(p).unwrap().mode() & 0o777;
     assert_eq!(mode(&a.path().join("g")), 0o600, "the held node's own file");
     assert_eq!(

@@ -119,6 +119,20 @@ pub fn c(s: &str) -> CString {
     CString::new(s).unwrap()
 }
 
+/// SETATTR of the permission bits of `e` (an entry the guest holds) to `mode`, as `who`.
+pub fn chmod_as(fs: &UnionFs, who: &Context, e: &Entry, mode: u32) -> io::Result<()> {
+    let mut attr = e.attr;
+    attr.st_mode = (attr.st_mode & libc::S_IFMT) | mode;
+    fs.setattr(
+        who,
+        e.inode,
+        attr,
+        None,
+        fuse_backend_rs::abi::fuse_abi::SetattrValid::MODE,
+    )
+    .map(drop)
+}
+
 /// The errno of a failed result.
 pub fn errno_of<T>(r: io::Result<T>) -> i32 {
     match r {
