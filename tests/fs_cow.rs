@@ -520,3 +520,26 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
     // Neither touched its base.
     assert_eq!(tree(lower_a.0.path()), tree(lower_b.0.path()));
 }
+
+/// A directory made deep in the base clones its parents onto the upper layer; when the guest
+/// looks those parents up again (its entry timeout passed), they are the same directories, so
+/// a working directory below them stays usable (dpkg's `tmp.ci`, extracted into by tar).
+#[test]
+fn parents_cloned_upward_keep_their_nodes() {
+    let upper = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    fs::create_dir_all(base.path().join("var/lib/dpkg")).unwrap();
+    let u = union_with(
+        &[(upper.path(), "RW"), (base.path(), "RO")],
+        "cow=true,minfreespace=0",
+    );
+    let var = walk(&u, "var").unwrap();
+    let dpkg = walk(&u, "var/lib/dpkg").unwrap();
+    let ci = u.mkdir(&ctx(), dpkg.inode, &c("tmp.ci"), 0o755, 0).unwrap();
+    assert!(upper.path().join("var/lib/dpkg/tmp.ci").is_dir());
+    // Revalidation: "var" is now found on the upper layer first.
+    let again = u.lookup(&ctx(), fuse_backend_rs::api::filesystem::ROOT_ID, &c("var"));
+    assert_eq!(again.unwrap().inode, var.inode);
+    create_file(&u, ci.inode, "control", b"Package: x\n").unwrap();
+    assert!(upper.path().join("var/lib/dpkg/tmp.ci/control").is_file());
+}

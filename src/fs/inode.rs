@@ -265,6 +265,19 @@ impl InodeTable {
                 }
                 return Ok(id);
             }
+            if n.is_dir && found.is_dir {
+                // A union directory is its path, not one host copy: when the policy finds
+                // another copy now (a parent path cloned onto a branch earlier in the list, a
+                // copy-up), it is the same directory, and its children keep their paths.
+                let old = n.key.replace(found.key);
+                n.bound = Some((found.branch, found.fd));
+                n.lookups += 1;
+                if old.is_some_and(|k| inner.by_key.get(&k) == Some(&id)) {
+                    inner.by_key.remove(&old.expect("checked"));
+                }
+                inner.by_key.entry(found.key).or_insert(id);
+                return Ok(id);
+            }
             // Another object has this name now (it was replaced on the host).
             inner.drop_name(&entry);
         }
@@ -538,6 +551,31 @@ mod tests {
         assert_ne!(a, a2);
         assert!(!t.linked(a));
         assert_eq!(t.path(a2).unwrap().as_bytes(), b"a");
+    }
+
+    #[test]
+    fn a_directory_found_on_another_branch_is_the_same_directory() {
+        let t = InodeTable::new();
+        let var = t
+            .lookup(ROOT_ID, c"var", bind(40, true), usize::MAX)
+            .unwrap();
+        let lib = t.lookup(var, c"lib", bind(41, true), usize::MAX).unwrap();
+        // "var" is now found as another host directory (cloned onto an earlier branch).
+        let again = t
+            .lookup(ROOT_ID, c"var", bind(42, true), usize::MAX)
+            .unwrap();
+        assert_eq!(again, var);
+        assert_eq!(t.path(lib).unwrap().as_bytes(), b"var/lib");
+        // Its new copy is what the node is known by; a file replacing it still gets a new node.
+        assert_eq!(
+            t.lookup(ROOT_ID, c"var", bind(42, true), usize::MAX)
+                .unwrap(),
+            var
+        );
+        let file = t
+            .lookup(ROOT_ID, c"var", bind(43, false), usize::MAX)
+            .unwrap();
+        assert_ne!(file, var);
     }
 
     #[test]
