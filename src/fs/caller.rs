@@ -82,6 +82,24 @@ impl UnionFs {
         out
     }
 
+    /// For a change the daemon makes on its own (a copy-on-write whiteout or copy-up): EACCES
+    /// or EPERM unless caller `ctx` may remove an entry owned by `victim_uid()` from directory
+    /// `parent_rel` as the union shows it ([`may_remove`]). Nothing is looked up for root, or
+    /// for an unprivileged daemon, which acts only as itself.
+    pub(crate) fn may_remove_from(
+        &self,
+        ctx: &Context,
+        parent_rel: &std::ffi::CStr,
+        victim_uid: impl FnOnce() -> io::Result<u32>,
+    ) -> io::Result<()> {
+        if ctx.uid == 0 || !creds::acts_as_caller() {
+            return Ok(());
+        }
+        let dir = self.search(crate::fs::options::Func::Getattr, parent_rel)?;
+        let claimable = self.claimable_gid(dir.st.st_gid);
+        may_remove(ctx.uid, ctx.gid, &dir.st, victim_uid()?, claimable)
+    }
+
     /// Whether some guest gid maps to host gid `g`: the guest could send it as a caller's gid.
     pub(crate) fn claimable_gid(&self, g: u32) -> bool {
         let map = &self.cfg.ids.gid;

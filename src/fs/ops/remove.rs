@@ -6,12 +6,11 @@ use std::io;
 
 use rustix::fs::AtFlags;
 
-use crate::fs::caller::{may_remove, Groups};
+use crate::fs::caller::Groups;
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
-use crate::sys::creds;
 use crate::union::ErrnoFold;
 use fuse_backend_rs::api::filesystem::Context;
 use std::os::fd::AsFd;
@@ -77,16 +76,7 @@ fn cow_remove(
     }
     // What goes on RW branches goes as the caller; the whiteout is the daemon's own, so the
     // caller's permission to remove the entry from the directory it sees is checked first.
-    if ctx.uid != 0 && creds::acts_as_caller() {
-        let dir = fs.search(Func::Getattr, parent_rel)?;
-        may_remove(
-            ctx.uid,
-            ctx.gid,
-            &dir.st,
-            first.st.st_uid,
-            fs.claimable_gid(dir.st.st_gid),
-        )?;
-    }
+    fs.may_remove_from(ctx, parent_rel, || Ok(first.st.st_uid))?;
     if dir {
         fs.check_union_empty(rel, 1)?;
         fs.clear_whiteouts(rel)?;

@@ -13,11 +13,10 @@ use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, RenameFlags};
 use std::os::fd::AsFd;
 
-use crate::fs::caller::{may_remove, Groups};
+use crate::fs::caller::Groups;
 use crate::fs::options::{Func, RenameExdev};
 use crate::fs::resolve::{check_name, split_parent, Found};
 use crate::fs::{errno, UnionFs};
-use crate::sys::creds;
 use crate::union::ErrnoFold;
 
 /// The hidden directory where `rename-exdev` symlink modes park moved sources.
@@ -121,19 +120,14 @@ pub fn rename(
 /// directory and to put the destination in its own is checked first, on the directories the
 /// guest sees.
 fn cow_permitted(fs: &UnionFs, n: &Names) -> io::Result<()> {
-    let ctx = n.ctx;
-    if ctx.uid == 0 || !creds::acts_as_caller() {
-        return Ok(());
-    }
-    let src = fs.search(Func::Getattr, &n.old_rel)?;
-    let od = fs.search(Func::Getattr, &n.old_parent)?;
-    let claimable = |d: &Found| fs.claimable_gid(d.st.st_gid);
-    may_remove(ctx.uid, ctx.gid, &od.st, src.st.st_uid, claimable(&od))?;
-    let nd = fs.search(Func::Getattr, &n.new_parent)?;
-    let target_owner = fs
-        .search(Func::Getattr, &n.new_rel)
-        .map_or(ctx.uid, |t| t.st.st_uid);
-    may_remove(ctx.uid, ctx.gid, &nd.st, target_owner, claimable(&nd))
+    fs.may_remove_from(n.ctx, &n.old_parent, || {
+        Ok(fs.search(Func::Getattr, &n.old_rel)?.st.st_uid)
+    })?;
+    fs.may_remove_from(n.ctx, &n.new_parent, || {
+        Ok(fs
+            .search(Func::Getattr, &n.new_rel)
+            .map_or(n.ctx.uid, |t| t.st.st_uid))
+    })
 }
 
 /// Copy-on-write, before a rename: a directory that an RO branch also has is copied up whole
