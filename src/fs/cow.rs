@@ -20,10 +20,12 @@ use std::os::fd::{AsFd, BorrowedFd};
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use rustix::fs::{AtFlags, FileType, Mode};
 
+use super::caller::Groups;
 use super::options::Func;
 use super::resolve::{present, split_parent, Found};
 use super::{errno, UnionFs};
 use crate::sys::beneath;
+use fuse_backend_rs::api::filesystem::Context;
 
 /// overlayfs's opaque-directory xattr.
 pub(crate) const OPAQUE: &CStr = c"trusted.overlay.opaque";
@@ -172,21 +174,23 @@ impl UnionFs {
         }
     }
 
-    /// Runs `make`, which makes `name` in `dir` as the caller, with a whiteout at `name` out of
-    /// the way (copy-on-write only); if `make` fails the whiteout is put back, so a refused
-    /// create never uncovers what the layers below hold. Also says whether there was one.
-    pub(crate) fn over_whiteout<T>(
+    /// Makes entry `name` in directory `dir` with `make`, as caller `ctx` (`fs::caller`). With
+    /// copy-on-write a whiteout in the way goes first and comes back if `make` fails, so a
+    /// refused create never uncovers what the layers below hold. Also says whether there was
+    /// one.
+    pub(crate) fn make_entry<T>(
         &self,
-        dir: &impl AsFd,
+        ctx: &Context,
+        dir: BorrowedFd<'_>,
         name: &CStr,
-        make: impl FnOnce() -> io::Result<T>,
+        make: impl FnMut() -> io::Result<T>,
     ) -> io::Result<(T, bool)> {
-        let removed = self.cfg.opts.cow && self.remove_whiteout(dir, name)?;
-        match make() {
+        let removed = self.cfg.opts.cow && self.remove_whiteout(&dir, name)?;
+        match self.as_caller(ctx, &[dir], &[], Groups::OnRefusal, make) {
             Ok(t) => Ok((t, removed)),
             Err(e) => {
                 if removed {
-                    put_whiteout(dir, name)?;
+                    put_whiteout(&dir, name)?;
                 }
                 Err(e)
             }

@@ -56,10 +56,8 @@ fn make_on_each(
     let mut first = None;
     for dir in &targets {
         // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
-        let r = fs.over_whiteout(&*dir.fd, name, || {
-            fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
-                make(dir).map_err(io::Error::from)
-            })
+        let r = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
+            make(dir).map_err(io::Error::from)
         });
         let over_whiteout = matches!(r, Ok((_, true)));
         let r = r.map(|(made, _)| made);
@@ -159,15 +157,13 @@ pub fn create(
         }
     };
     fs.check_handle_room()?;
-    let (fd, _) = fs.over_whiteout(&*dir.fd, name, || {
-        fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
-            beneath::open_beneath(
-                dir.fd.as_fd(),
-                name,
-                flags | OFlags::CREATE | OFlags::EXCL,
-                Mode::from_raw_mode(args.mode & 0o7777),
-            )
-        })
+    let (fd, _) = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
+        beneath::open_beneath(
+            dir.fd.as_fd(),
+            name,
+            flags | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(args.mode & 0o7777),
+        )
     })?;
     let st = beneath::stat_fd(fd.as_fd())?;
     // The node keeps an O_PATH descriptor of the new file, not the open one.

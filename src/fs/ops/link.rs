@@ -82,16 +82,14 @@ fn link_on_branches(
                 .map_err(|_| errno(libc::EXDEV))?;
             // Copy-on-write: a whiteout at the new name goes (dpkg links status to
             // status-old right after unlinking the old backup).
-            fs.over_whiteout(&nd, newname, || {
-                fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
-                    Ok(rustix::fs::linkat(
-                        &od,
-                        &old_name,
-                        &nd,
-                        newname,
-                        AtFlags::empty(),
-                    )?)
-                })
+            fs.make_entry(ctx, nd.as_fd(), newname, || {
+                Ok(rustix::fs::linkat(
+                    &od,
+                    &old_name,
+                    &nd,
+                    newname,
+                    AtFlags::empty(),
+                )?)
             })
             .map(drop)
         })();
