@@ -6,19 +6,28 @@
 # load, and the project's examples/guest_lock (fcntl record locks). In the guest they are
 # under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
+#   scripts/build-tools-initrd.sh stress
+# packs stress-ng (its lock stressors: tests/e2e_lock_waits.rs) the same way, on its own
+# (30 MB): .cache/guest/stress.cpio.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-out="$UVFS_GUEST_CACHE/tools.cpio"
-# fcntl record locks: the project's examples/guest_lock.rs.
-cargo build --quiet --example guest_lock --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
-lockbin="$UVFS_ROOT/target/debug/examples/guest_lock"
-progs=("$lockbin" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
+if [ "${1:-}" = stress ]; then
+    out="$UVFS_GUEST_CACHE/stress.cpio"
+    newest=/usr/bin/stress-ng
+    progs=(/usr/bin/stress-ng)
+else
+    out="$UVFS_GUEST_CACHE/tools.cpio"
+    # fcntl record locks: the project's examples/guest_lock.rs.
+    cargo build --quiet --example guest_lock --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
+    newest="$UVFS_ROOT/target/debug/examples/guest_lock"
+    progs=("$newest" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
+fi
 for p in "${progs[@]}"; do
     [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"
 done
-if [ -s "$out" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$lockbin" ]; then
+if [ -s "$out" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$newest" ]; then
     log "cached: $out"
     echo "$out"
     exit 0

@@ -3,8 +3,8 @@
 # (vhost-user-fs with memfd shared memory), busybox-static and cpio for the guest initramfs, and the
 # build dependencies of the reference virtiofsd, libvirt 11 (bookworm-backports) for the launcher
 # test, python3 (the tests' inherited-socket wrapper) and uidmap (newuidmap/newgidmap for the
-# unprivileged daemon's --uid-map). Also makes the system user uvfs-test with a subordinate id
-# range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
+# unprivileged daemon's --uid-map) and stress-ng (the guest's lock stressors). Also makes the
+# system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -25,6 +25,7 @@ declare -A probe=(
     [xfsprogs]=/usr/sbin/xfs_io
     [e2fsprogs]=/usr/bin/lsattr
     [debootstrap]=/usr/sbin/debootstrap
+    [stress-ng]=/usr/bin/stress-ng
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

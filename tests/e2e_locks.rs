@@ -7,12 +7,13 @@
 
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/hostlocks.rs"]
+mod hostlocks;
 #[path = "support/tmpfs.rs"]
 mod tmpfs;
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use guest::{Backend, Guest, Mode};
 use tmpfs::Tmpfs;
@@ -87,11 +88,7 @@ fn two_guests(dir: &Path, first: &str, second: &str) -> Vec<guest::GuestRun> {
 
 /// Waits up to 120 s for `path` to exist (the guest makes it).
 fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "no {}", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    hostlocks::wait_for(path, 120);
 }
 
 fn try_flock(f: &std::fs::File, op: i32) -> i32 {

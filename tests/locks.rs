@@ -3,10 +3,15 @@
 //! holder), conflicts with a host process's own fcntl locks in both directions, SETLKW
 //! waiting until the holder lets go, SETLKW interrupted by FUSE_INTERRUPT, an owner's locks
 //! released by its FLUSH (a close), flock locks per open file released with the handle, and
-//! a daemon with a waiting SETLKW still ending cleanly when the guest goes.
+//! a daemon with a waiting SETLKW still ending cleanly when the guest goes. Waits end by the
+//! daemon's word: EDEADLK for a cycle of owners and after `lock-timeout`, EBADF when the
+//! waiting owner closes the file, ENOLCK for a flock held outside after
+//! `lock-wait-external`.
 
 #[path = "support/daemon.rs"]
 mod daemon;
+#[path = "support/hostlocks.rs"]
+mod hostlocks;
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -262,4 +267,152 @@ fn release_drops_flock_and_a_waiting_setlkw_does_not_keep_the_daemon_alive() {
     drop(dev);
     let st = d.proc.wait_exit(WAIT).unwrap().expect("the daemon exits");
     assert!(st.success(), "{st}\n{}", d.log());
+}
+
+/// Queues a SETLKW of `lk` for `owner` through `fh` (POSIX) and kicks it: its ticket.
+fn setlkw(dev: &mut Device, node: u64, fh: u64, owner: u64, lk: FileLock) -> vufs_frontend::Ticket {
+    let t = dev
+        .queue_request(REQUEST_QUEUE, &ops::setlk(node, fh, owner, lk, false, true))
+        .unwrap();
+    dev.kick(REQUEST_QUEUE).unwrap();
+    t
+}
+
+#[test]
+fn a_wait_that_would_close_a_cycle_answers_edeadlk() {
+    let d = daemon_with_file();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let byte = |b| ops::file_lock(b, b, libc::F_WRLCK);
+    setlk(&mut dev, node, fh, 1, byte(0)).unwrap();
+    setlk(&mut dev, node, fh, 2, byte(1)).unwrap();
+    // Each waits for the other's byte. Whichever the daemon takes second closes the cycle
+    // and is answered EDEADLK at once, the other keeps waiting.
+    let t1 = setlkw(&mut dev, node, fh, 1, byte(1));
+    let t2 = setlkw(&mut dev, node, fh, 2, byte(0));
+    let (first, c) = dev
+        .reap(REQUEST_QUEUE, WAIT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", d.log()));
+    assert_eq!(c.into_reply().header().unwrap().error, -libc::EDEADLK);
+    // The refused owner lets go of everything (as a program does on EDEADLK): the other is
+    // granted.
+    let (refused, other) = if first.seq == t1.seq {
+        (1, t2)
+    } else {
+        (2, t1)
+    };
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        refused,
+        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
+    )
+    .unwrap();
+    let c = dev.wait(other, WAIT).unwrap().into_reply();
+    assert_eq!(c.header().unwrap().error, 0);
+}
+
+#[test]
+fn the_waiting_owners_close_ends_its_wait_and_leaves_no_lock() {
+    let d = Daemon::start(&["a"], &["--log-level", "debug"]);
+    std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let (_, fh2) = open_rw(&mut dev, b"f");
+    let all = || ops::file_lock(0, u64::MAX, libc::F_WRLCK);
+    setlk(&mut dev, node, fh, 1, all()).unwrap();
+    let t = setlkw(&mut dev, node, fh2, 2, all());
+    d.wait_for_log(&format!("SETLKW node {node} owner 0x2 Some(Write)"));
+    // Owner 2 closes a descriptor of the file (FLUSH) while it waits: after that close it
+    // must hold nothing, so the wait may not be granted later.
+    answer(dev.send(&ops::flush(node, fh2, 2))).unwrap();
+    let c = dev.wait(t, WAIT).unwrap().into_reply();
+    assert_eq!(c.header().unwrap().error, -libc::EBADF);
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        1,
+        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
+    )
+    .unwrap();
+    let left = hostlocks::locks_on_file(&d.branches[0].join("f"));
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn waits_end_after_their_bounds() {
+    let d = Daemon::start(&["a"], &["-o", "lock-timeout=0.3,lock-wait-external=0.3"]);
+    std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.branches[0].join("f"))
+        .unwrap();
+    let mut dev = d.session();
+    let (node, fh) = open_rw(&mut dev, b"f");
+    let all = || ops::file_lock(0, u64::MAX, libc::F_WRLCK);
+    // A guest owner's lock whose holder never lets go (it waits for the waiter to exit, as
+    // stress-ng's lockf parent does): EDEADLK after lock-timeout.
+    setlk(&mut dev, node, fh, 1, all()).unwrap();
+    let t = setlkw(&mut dev, node, fh, 2, all());
+    assert_eq!(
+        dev.wait(t, WAIT)
+            .unwrap()
+            .into_reply()
+            .header()
+            .unwrap()
+            .error,
+        -libc::EDEADLK
+    );
+    setlk(
+        &mut dev,
+        node,
+        fh,
+        1,
+        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
+    )
+    .unwrap();
+    // A host process's POSIX lock: the same.
+    host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
+    let t = setlkw(&mut dev, node, fh, 2, all());
+    assert_eq!(
+        dev.wait(t, WAIT)
+            .unwrap()
+            .into_reply()
+            .header()
+            .unwrap()
+            .error,
+        -libc::EDEADLK
+    );
+    // A host process's flock: ENOLCK after lock-wait-external.
+    // SAFETY: flock on a valid descriptor.
+    let held = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(held, 0);
+    let req = ops::setlk(node, fh, fh, all(), true, true);
+    let t = dev.queue_request(REQUEST_QUEUE, &req).unwrap();
+    dev.kick(REQUEST_QUEUE).unwrap();
+    assert_eq!(
+        dev.wait(t, WAIT)
+            .unwrap()
+            .into_reply()
+            .header()
+            .unwrap()
+            .error,
+        -libc::ENOLCK
+    );
+    // Once the host lets go, both are granted.
+    drop(file);
+    flock(&mut dev, node, fh, libc::F_WRLCK).unwrap();
+    let t = setlkw(&mut dev, node, fh, 2, all());
+    assert_eq!(
+        dev.wait(t, WAIT)
+            .unwrap()
+            .into_reply()
+            .header()
+            .unwrap()
+            .error,
+        0
+    );
 }

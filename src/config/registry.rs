@@ -190,6 +190,14 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.cache_negative_entry = seconds(v)?;
         Ok(())
     } },
+    OptionSpec { name: "lock-timeout", help: "SECS a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) waits before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {
+        s.opts.lock_timeout = seconds(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "lock-wait-external", help: "SECS a waiting flock waits while only locks held outside the guest (a host process, another guest) block it before it answers ENOLCK (ours, default 60; 0: no bound)", set: |s, v| {
+        s.opts.lock_wait_external = seconds(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "dropcacheonclose", help: "true|false: drop the host page cache of a file on close", set: |s, v| {
         s.opts.dropcacheonclose = boolean(v)?;
         Ok(())

@@ -10,6 +10,7 @@ mod cow;
 mod handle;
 pub mod idmap;
 mod inode;
+mod lockstate;
 mod movefile;
 mod ops;
 pub mod options;
@@ -87,8 +88,8 @@ pub struct UnionFs {
     resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
     handles: HandleTable,
-    /// The host descriptions carrying each guest lock owner's POSIX locks.
-    locks: ops::lock::LockOwners,
+    /// The guest's host-side locks: what each owner holds, their host descriptions, waits.
+    locks: ops::lock::Locks,
     /// Serializes `moveonenospc` moves.
     moves: std::sync::Mutex<()>,
     /// Copy-on-write: where each hard-linked base file was copied up (base (dev, ino) to its
@@ -253,7 +254,13 @@ impl UnionFs {
 
     /// EMFILE when the guest holds as many nodes and handles as the budget allows.
     pub(crate) fn check_handle_room(&self) -> io::Result<()> {
-        if self.handles.len() + self.inodes.len() + self.locks.len() >= self.fd_budget() {
+        self.check_room(self.locks.len())
+    }
+
+    /// EMFILE when the nodes, handles and `lock_fds` lock descriptions fill the budget (the
+    /// lock table calls this under its own lock).
+    pub(crate) fn check_room(&self, lock_fds: usize) -> io::Result<()> {
+        if self.handles.len() + self.inodes.len() + lock_fds >= self.fd_budget() {
             return Err(errno(libc::EMFILE));
         }
         Ok(())
@@ -313,10 +320,10 @@ impl FileSystem for UnionFs {
         // The session is over (FUSE_DESTROY, or the device was reset by a guest reboot): the
         // guest holds nothing any more, so every node and handle goes, descriptors included.
         let (nodes, handles) = (self.inode_count().saturating_sub(1), self.handle_count());
-        if nodes > 0 || handles > 0 {
-            log::info!("session ended: dropped {nodes} nodes and {handles} handles");
+        let locks = self.locks.clear();
+        if nodes > 0 || handles > 0 || locks > 0 {
+            log::info!("session ended: dropped {nodes} nodes and {handles} handles, {locks} locks");
         }
-        self.locks.clear();
         self.handles.clear();
         self.inodes.clear();
     }
@@ -469,7 +476,9 @@ impl FileSystem for UnionFs {
         if let Some(owner) = lock_owner {
             ops::lock::release_owner(self, inode, owner);
         }
-        ops::open::release(self, inode, handle)
+        let r = ops::open::release(self, inode, handle);
+        ops::lock::release_handle(self, inode, handle);
+        r
     }
 
     fn flush(&self, _ctx: &Context, inode: u64, handle: u64, lock_owner: u64) -> io::Result<()> {

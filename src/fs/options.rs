@@ -311,6 +311,13 @@ pub struct UnionOptions {
     /// virtiofsd's legacy `-o no_posix_lock`/`no_flock` turn it off (the guest then keeps
     /// its locks to itself).
     pub host_locks: bool,
+    /// How long a POSIX lock request (F_SETLKW) waits before it answers EDEADLK, a deadlock
+    /// the daemon cannot see (zero: no bound). The guest cannot interrupt a request it sent,
+    /// so this is what ends a wait whose holder waits for the waiter to exit.
+    pub lock_timeout: Duration,
+    /// How long a flock wait blocked only by locks held outside this daemon's guest (host
+    /// processes, another guest) lasts before it answers ENOLCK (zero: no bound).
+    pub lock_wait_external: Duration,
     /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
     pub readdirplus: bool,
     /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
@@ -349,6 +356,8 @@ impl Default for UnionOptions {
             symlinkify_timeout: Duration::from_secs(3600),
             killpriv_v2: true,
             host_locks: true,
+            lock_timeout: Duration::from_secs(10),
+            lock_wait_external: Duration::from_secs(60),
             readdirplus: true,
             preserve_noatime: false,
         }

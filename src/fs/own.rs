@@ -31,8 +31,8 @@ pub trait OwnOps {
         enosys()
     }
 
-    /// SETLK/SETLKW (`wait`), POSIX or `flock`; a blocked wait that a signal interrupts asks
-    /// `cancelled` and answers EINTR when it says so.
+    /// SETLK/SETLKW (`wait`), POSIX or `flock`; a waiting request asks `cancelled` whenever
+    /// it is woken ([`OwnOps::wake_waits`]) and answers EINTR when it says so.
     #[allow(clippy::too_many_arguments)]
     fn lock_set(
         &self,
@@ -48,6 +48,10 @@ pub trait OwnOps {
         let _ = (ctx, inode, fh, owner, lk, flock, wait, cancelled);
         enosys()
     }
+
+    /// Wakes every waiting SETLKW to ask its `cancelled` again (after FUSE_INTERRUPT, or at
+    /// the end of the session).
+    fn wake_waits(&self) {}
 
     /// SYNCFS: flush every filesystem written through.
     fn syncfs(&self, ctx: &Context, inode: u64) -> io::Result<()> {
@@ -142,6 +146,10 @@ impl OwnOps for super::UnionFs {
             return enosys();
         }
         super::ops::lock::setlk(self, inode, fh, owner, lk, flock, wait, cancelled)
+    }
+
+    fn wake_waits(&self) {
+        self.locks.wake();
     }
 
     fn syncfs(&self, _ctx: &Context, _inode: u64) -> io::Result<()> {

@@ -1,5 +1,5 @@
-//! Record locks on open file descriptions (`F_OFD_*`) and `flock(2)`, blocking or not. A
-//! blocking call returns EINTR when the thread gets a signal (see [`super::thread::wake`]).
+//! Record locks on open file descriptions (`F_OFD_*`) and `flock(2)`, never blocking: the
+//! daemon waits for a lock itself (`fs/ops/lock.rs`), so that it can always end a wait.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -48,16 +48,11 @@ fn fcntl_lock(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> io:
     Ok(())
 }
 
-/// Takes or releases `kind` on `r` for the description `fd` (F_OFD_SETLK, or F_OFD_SETLKW
-/// with `wait`).
-pub fn set(fd: BorrowedFd<'_>, kind: Kind, r: Range, wait: bool) -> io::Result<()> {
+/// Takes or releases `kind` on `r` for the description `fd` (F_OFD_SETLK): EAGAIN when another
+/// description's lock conflicts.
+pub fn set(fd: BorrowedFd<'_>, kind: Kind, r: Range) -> io::Result<()> {
     let mut fl = flock_struct(kind, r)?;
-    let cmd = if wait {
-        libc::F_OFD_SETLKW
-    } else {
-        libc::F_OFD_SETLK
-    };
-    fcntl_lock(fd, cmd, &mut fl)
+    fcntl_lock(fd, libc::F_OFD_SETLK, &mut fl)
 }
 
 /// The first lock that conflicts with `kind` on `r` for description `fd` (F_OFD_GETLK):
@@ -82,13 +77,14 @@ pub fn test(fd: BorrowedFd<'_>, kind: Kind, r: Range) -> io::Result<Option<(Kind
     )))
 }
 
-/// flock(2) on `fd`: shared, exclusive or unlock; without `wait`, LOCK_NB.
-pub fn flock(fd: BorrowedFd<'_>, kind: Kind, wait: bool) -> io::Result<()> {
+/// flock(2) on `fd` with LOCK_NB: shared, exclusive or unlock; EWOULDBLOCK when another open
+/// file's lock conflicts.
+pub fn flock(fd: BorrowedFd<'_>, kind: Kind) -> io::Result<()> {
     let op = match kind {
         Kind::Read => libc::LOCK_SH,
         Kind::Write => libc::LOCK_EX,
         Kind::Unlock => libc::LOCK_UN,
-    } | if wait { 0 } else { libc::LOCK_NB };
+    } | libc::LOCK_NB;
     // SAFETY: flock takes a descriptor and an integer.
     if unsafe { libc::flock(fd.as_raw_fd(), op) } < 0 {
         return Err(io::Error::last_os_error());

@@ -168,6 +168,7 @@ where
     /// Forgets the session: the filesystem drops its state as on FUSE_DESTROY.
     pub fn reset(&self) {
         self.waiters.interrupt_all();
+        self.fs.wake_waits();
         self.fs.destroy();
         self.limits.store(
             Negotiated::upper_bound(self.max_pages, self.page_size).pack(),
@@ -328,6 +329,7 @@ where
         let capable = init::capable(&arg, flags2);
         // A new session: waits of an old one (a guest reset without DESTROY) end.
         self.waiters.interrupt_all();
+        self.fs.wake_waits();
         let want = match self.fs.init(capable) {
             Ok(want) => want,
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),

@@ -201,8 +201,6 @@ impl Bound {
         F: dispatch::ServedFs,
     {
         let cfg = &self.cfg;
-        // Lock waits (SETLKW) are woken by a signal on FUSE_INTERRUPT.
-        crate::sys::thread::install_wake_handler().map_err(Error::StartWorkers)?;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages).allow_mmap(cfg.allow_mmap);
         let backend = FsBackend::new(
             dispatcher,

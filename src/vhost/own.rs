@@ -184,7 +184,9 @@ impl<F: ServedFs> Dispatcher<F> {
             Own::Interrupt => {
                 // No reply: the interrupted request answers (EINTR) if it was waiting.
                 let arg: InterruptIn = r.read_obj().map_err(RequestError::Decode)?;
-                self.waiters.interrupt(arg.unique);
+                if self.waiters.interrupt(arg.unique) {
+                    self.fs.wake_waits();
+                }
                 Ok(0)
             }
         }

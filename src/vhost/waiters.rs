@@ -1,19 +1,11 @@
-//! Requests waiting without bound (SETLKW), by FUSE unique id, so that FUSE_INTERRUPT and the
-//! end of a session can wake them. A waiter registers its thread; an interrupt marks it and
-//! signals that thread until it has left (a signal sent just before the thread blocks would
-//! be lost, so it is repeated until the waiter deregisters).
+//! Requests that may wait without bound (SETLKW), by FUSE unique id, so that FUSE_INTERRUPT
+//! and the end of a session can cancel them. A waiter registers; an interrupt marks it, and
+//! the caller then wakes the filesystem's waits (`OwnOps::wake_waits`), which look at the mark
+//! under their own lock, so a wake can never fall between a look and a sleep.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use crate::sys::thread;
-
-struct Waiter {
-    thread: libc::pthread_t,
-    cancelled: Arc<AtomicBool>,
-}
 
 /// The waiting requests.
 #[derive(Default)]
@@ -25,10 +17,10 @@ pub(crate) struct Waiters {
 /// other, whichever comes first.
 #[derive(Default)]
 struct Inner {
-    map: HashMap<u64, Waiter>,
+    map: HashMap<u64, Arc<AtomicBool>>,
     /// Interrupts that came before their request registered (the request runs on another
     /// thread and may not have started): the request is cancelled when it does.
-    early: std::collections::VecDeque<u64>,
+    early: VecDeque<u64>,
 }
 
 /// How many early interrupts are remembered (a guest that interrupts requests it never sent
@@ -55,16 +47,12 @@ impl Drop for Registration<'_> {
     }
 }
 
-/// How often, and how long, an interrupt re-signals a waiter that has not left yet.
-const RESIGNAL: Duration = Duration::from_millis(1);
-const RESIGNAL_TRIES: u32 = 5000;
-
 impl Waiters {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers the calling thread as waiting for request `unique`.
+    /// Registers request `unique` as waiting.
     pub(crate) fn register(&self, unique: u64) -> Registration<'_> {
         let mut inner = self.lock();
         let early = inner
@@ -74,13 +62,7 @@ impl Waiters {
             .map(|i| inner.early.remove(i))
             .is_some();
         let cancelled = Arc::new(AtomicBool::new(early));
-        inner.map.insert(
-            unique,
-            Waiter {
-                thread: thread::current(),
-                cancelled: cancelled.clone(),
-            },
-        );
+        inner.map.insert(unique, cancelled.clone());
         drop(inner);
         Registration {
             waiters: self,
@@ -89,37 +71,25 @@ impl Waiters {
         }
     }
 
-    /// Interrupts request `unique`: wakes it if it waits, or cancels it before it starts
-    /// waiting. Whether it was waiting.
+    /// Cancels request `unique`: marks it if it waits, or remembers it for when it starts
+    /// waiting. Whether it was waiting. The caller then wakes the waits.
     pub(crate) fn interrupt(&self, unique: u64) -> bool {
-        let mut found = false;
-        for _ in 0..RESIGNAL_TRIES {
-            {
-                let mut inner = self.lock();
-                let Some(w) = inner.map.get(&unique) else {
-                    if !found {
-                        if inner.early.len() == EARLY {
-                            inner.early.pop_front();
-                        }
-                        inner.early.push_back(unique);
-                    }
-                    return found;
-                };
-                found = true;
-                w.cancelled.store(true, Ordering::Release);
-                // Registered, so its thread is alive: it deregisters (under this lock) first.
-                thread::wake(w.thread);
-            }
-            std::thread::sleep(RESIGNAL);
+        let mut inner = self.lock();
+        if let Some(c) = inner.map.get(&unique) {
+            c.store(true, Ordering::Release);
+            return true;
         }
-        found
+        if inner.early.len() == EARLY {
+            inner.early.pop_front();
+        }
+        inner.early.push_back(unique);
+        false
     }
 
-    /// Interrupts every waiter (the session is over).
+    /// Cancels every waiting request (the session is over). The caller then wakes the waits.
     pub(crate) fn interrupt_all(&self) {
-        let ids: Vec<u64> = self.lock().map.keys().copied().collect();
-        for id in ids {
-            self.interrupt(id);
+        for c in self.lock().map.values() {
+            c.store(true, Ordering::Release);
         }
     }
 }

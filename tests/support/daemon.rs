@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use vufs_frontend::process::BackendProcess;
@@ -95,6 +95,20 @@ impl Daemon {
     /// Last lines of the daemon's stderr, for failure messages.
     pub fn log(&self) -> String {
         log_tail(self.tmp.path())
+    }
+
+    /// Waits up to 10 s for a line of the daemon's log that contains `text`.
+    pub fn wait_for_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let path = self.tmp.path().join("run/daemon.log");
+        while !fs::read_to_string(&path).unwrap_or_default().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "no '{text}' in the log\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Connect with `queue_size` entries per queue (default options otherwise).

@@ -239,14 +239,28 @@ pub struct Images {
 
 /// Runs `scripts/NAME` and returns the path it prints as its last stdout line.
 fn run_path_script(name: &str) -> Result<PathBuf, String> {
-    run_path_script_env(name, &[])
+    run_path_script_with(name, &[], &[])
 }
 
 /// [`run_path_script`] with extra environment variables.
 fn run_path_script_env(name: &str, env: &[(&str, &str)]) -> Result<PathBuf, String> {
+    run_path_script_with(name, &[], env)
+}
+
+/// [`run_path_script`] with arguments.
+fn run_path_script_args(name: &str, args: &[&str]) -> Result<PathBuf, String> {
+    run_path_script_with(name, args, &[])
+}
+
+fn run_path_script_with(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<PathBuf, String> {
     let script = repo_root().join("scripts").join(name);
     let out = Command::new("bash")
         .arg(&script)
+        .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -307,6 +321,16 @@ pub fn tools_initrd() -> PathBuf {
         .get_or_init(|| run_path_script("build-tools-initrd.sh"))
         .clone()
         .unwrap_or_else(|e| panic!("cannot pack the guest tools: {e}"))
+}
+
+/// stress-ng under `/opt/tools/bin`, for [`Guest::extra_initrd`]
+/// (`scripts/build-tools-initrd.sh stress`).
+pub fn stress_initrd() -> PathBuf {
+    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ARCHIVE
+        .get_or_init(|| run_path_script_args("build-tools-initrd.sh", &["stress"]))
+        .clone()
+        .unwrap_or_else(|e| panic!("cannot pack stress-ng for the guest: {e}"))
 }
 
 /// The guest kernel from Debian suite `suite` (fetched once per test process and suite).

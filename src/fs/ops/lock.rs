@@ -9,122 +9,275 @@
 //! owner's, and with host processes' classic POSIX locks. Closing that description (FLUSH or
 //! RELEASE of the owner, DESTROY) releases the owner's locks, as POSIX's close does. flock
 //! locks belong to the open file, so they are `flock(2)` on the handle's own descriptor.
+//!
+//! Every host lock call is non-blocking and made under one mutex together with the update of
+//! [`LockState`], so that table is exactly what the host holds for the guest. A request that
+//! must wait (SETLKW) waits on a condition variable, not in the host kernel: the guest's
+//! virtio-fs driver never interrupts a request, so a wait must end by the daemon's word.
+//! A POSIX wait ends when the lock is granted; with EDEADLK at once when waiting would close
+//! a cycle of the guest's lock owners (the kernel's rule for local POSIX locks; OFD locks
+//! have none), and with EDEADLK after `lock-timeout` seconds, for the deadlocks no lock table
+//! shows (a holder waiting for the waiter to exit, as stress-ng's lockf stressor does; another
+//! guest; a host process). A flock wait ends when granted, or with ENOLCK when only locks
+//! held outside the guest have blocked it for `lock-wait-external` seconds. Both end with
+//! EBADF when the owner closes the file meanwhile, and with EINTR on FUSE_INTERRUPT or the
+//! end of the session (EINTR only then: the guest turns it into a restart of the call,
+//! which without a pending signal would reach the program as errno 512). Locks held outside
+//! the daemon are polled for, since nothing tells it when they go.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use fuse_backend_rs::abi::fuse_abi::FileLock;
 use rustix::fs::OFlags;
 
 use crate::fs::errno;
+use crate::fs::lockstate::{LockState, Shared, Span, WaitId};
 use crate::fs::UnionFs;
 use crate::sys::beneath;
 use crate::sys::lock::{self, Kind, Range};
 
-/// The host descriptions that carry each lock owner's POSIX locks.
+/// The session's locks: the table of what the guest holds and the host descriptions that
+/// carry each owner's POSIX locks, under one mutex, and the condition waiting requests sleep
+/// on.
 #[derive(Default)]
-pub struct LockOwners {
-    map: Mutex<HashMap<(u64, u64), Arc<OwnedFd>>>,
+pub struct Locks {
+    inner: Mutex<Inner>,
+    changed: Condvar,
 }
 
-impl LockOwners {
-    /// Forgets `owner`'s description for `inode` (its locks go when the last user closes it).
-    pub fn drop_owner(&self, inode: u64, owner: u64) {
-        self.map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(inode, owner));
+#[derive(Default)]
+struct Inner {
+    state: LockState,
+    /// (node, owner) → the description carrying that owner's POSIX locks.
+    fds: HashMap<(u64, u64), OwnedFd>,
+    /// Requests sleeping on `changed` (a release wakes them only when there are some).
+    sleepers: usize,
+}
+
+/// Polling for a lock held outside the daemon: the first retry after this, then doubling.
+const POLL_FIRST: Duration = Duration::from_millis(1);
+/// ... up to this.
+const POLL_MAX: Duration = Duration::from_millis(100);
+/// A wait blocked by the guest's own locks is woken by their release; it also retries this
+/// often, in case a lock it counted as the guest's went through a path that does not wake it.
+const RECHECK: Duration = Duration::from_secs(1);
+
+impl Locks {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Forgets every owner (DESTROY, device reset).
-    pub fn clear(&self) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    /// Wakes every waiting request to look at its lock and its cancellation again.
+    pub fn wake(&self) {
+        let g = self.lock();
+        if g.sleepers > 0 {
+            self.changed.notify_all();
+        }
     }
 
-    /// Number of owners holding a description (for tests).
+    /// Forgets every owner and lock (DESTROY, device reset): closing the descriptions releases
+    /// the host locks, and waiting requests end. How many locks the guest held.
+    pub fn clear(&self) -> usize {
+        let mut g = self.lock();
+        let n = g.state.count();
+        g.state.clear();
+        g.fds.clear();
+        if g.sleepers > 0 {
+            self.changed.notify_all();
+        }
+        n
+    }
+
+    /// Number of owners holding a description (they count against the descriptor budget).
     pub fn len(&self) -> usize {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().fds.len()
     }
 }
 
-/// The lock kind of a FUSE lock type (F_RDLCK, F_WRLCK, F_UNLCK), or EINVAL.
-fn kind(t: u32) -> io::Result<Kind> {
+/// What a FUSE lock type asks for (F_RDLCK, F_WRLCK, F_UNLCK), or EINVAL.
+fn kind(t: u32) -> io::Result<Option<Shared>> {
     match t as i32 {
-        libc::F_RDLCK => Ok(Kind::Read),
-        libc::F_WRLCK => Ok(Kind::Write),
-        libc::F_UNLCK => Ok(Kind::Unlock),
+        libc::F_RDLCK => Ok(Some(Shared::Read)),
+        libc::F_WRLCK => Ok(Some(Shared::Write)),
+        libc::F_UNLCK => Ok(None),
         _ => Err(errno(libc::EINVAL)),
     }
 }
 
-/// The byte range of a FUSE lock (`end` inclusive; u64::MAX or OFFSET_MAX = to the end).
-fn range(lk: &FileLock) -> io::Result<Range> {
-    if lk.start > i64::MAX as u64 || (lk.end < lk.start) {
+fn host_kind(k: Option<Shared>) -> Kind {
+    match k {
+        Some(Shared::Read) => Kind::Read,
+        Some(Shared::Write) => Kind::Write,
+        None => Kind::Unlock,
+    }
+}
+
+/// The byte range of a FUSE lock (`end` inclusive; OFFSET_MAX or above: to the end of the
+/// file, however it grows).
+fn span(lk: &FileLock) -> io::Result<Span> {
+    if lk.start > i64::MAX as u64 || lk.end < lk.start {
         return Err(errno(libc::EINVAL));
     }
-    let len = if lk.end >= i64::MAX as u64 {
-        0
+    let end = if lk.end >= i64::MAX as u64 {
+        u64::MAX
     } else {
-        lk.end - lk.start + 1
+        lk.end
     };
-    Ok(Range {
+    Ok(Span {
         start: lk.start,
-        len,
+        end,
     })
+}
+
+fn host_range(s: Span) -> Range {
+    Range {
+        start: s.start,
+        len: if s.end == u64::MAX {
+            0
+        } else {
+            s.end - s.start + 1
+        },
+    }
+}
+
+/// The FUSE end of a span (OFFSET_MAX for "to the end of the file").
+fn fuse_end(s: Span) -> u64 {
+    s.end.min(i64::MAX as u64)
 }
 
 /// The description carrying `owner`'s locks on `inode`, opened from handle `fh` the first time
 /// (read-write where the host allows, else with the handle's own access mode).
-fn owner_fd(fs: &UnionFs, inode: u64, fh: u64, owner: u64) -> io::Result<Arc<OwnedFd>> {
-    if let Some(fd) = fs
-        .locks
-        .map
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&(inode, owner))
-    {
-        return Ok(fd.clone());
+fn owner_fd<'a>(
+    fs: &UnionFs,
+    g: &'a mut Inner,
+    inode: u64,
+    fh: u64,
+    owner: u64,
+) -> io::Result<&'a OwnedFd> {
+    if !g.fds.contains_key(&(inode, owner)) {
+        let h = fs.handles.file(fh, inode)?;
+        let f = h.as_file()?;
+        fs.check_room(g.fds.len())?;
+        let opened = beneath::reopen(f.fd.as_fd(), OFlags::RDWR)
+            .or_else(|_| beneath::reopen(f.fd.as_fd(), f.flags & OFlags::RWMODE))?;
+        g.fds.insert((inode, owner), opened);
     }
-    let h = fs.handles.file(fh, inode)?;
-    let f = h.as_file()?;
-    fs.check_handle_room()?;
-    let opened = beneath::reopen(f.fd.as_fd(), OFlags::RDWR)
-        .or_else(|_| beneath::reopen(f.fd.as_fd(), f.flags & OFlags::RWMODE))?;
-    let fd = Arc::new(opened);
-    let mut map = fs.locks.map.lock().unwrap_or_else(|e| e.into_inner());
-    Ok(map.entry((inode, owner)).or_insert(fd).clone())
+    Ok(&g.fds[&(inode, owner)])
 }
 
 /// GETLK: the first lock that would conflict with `lk` for `owner` (type F_UNLCK if none).
-/// Host processes' pids mean nothing to the guest: a conflicting lock reports pid 0.
+/// A lock of another guest process reports that process; one held outside the guest (a host
+/// process, another guest) reports pid 0, since host pids mean nothing to the guest.
 pub fn getlk(fs: &UnionFs, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io::Result<FileLock> {
-    let fd = owner_fd(fs, inode, fh, owner)?;
-    match lock::test(fd.as_fd(), kind(lk.type_)?, range(&lk)?)? {
-        None => Ok(FileLock {
+    let Some(want) = kind(lk.type_)? else {
+        return Err(errno(libc::EINVAL));
+    };
+    let sp = span(&lk)?;
+    let mut g = fs.locks.lock();
+    let fd = owner_fd(fs, &mut g, inode, fh, owner)?;
+    let Some((k, r)) = lock::test(fd.as_fd(), host_kind(Some(want)), host_range(sp))? else {
+        return Ok(FileLock {
             type_: libc::F_UNLCK as u32,
             ..lk
-        }),
-        Some((k, r)) => Ok(FileLock {
-            start: r.start,
-            end: if r.len == 0 {
-                i64::MAX as u64
-            } else {
-                r.start + r.len - 1
+        });
+    };
+    if let Some((_, h)) = g.state.posix_conflict(inode, owner, sp, want) {
+        return Ok(FileLock {
+            start: h.span.start,
+            end: fuse_end(h.span),
+            type_: match h.kind {
+                Shared::Read => libc::F_RDLCK as u32,
+                Shared::Write => libc::F_WRLCK as u32,
             },
-            type_: match k {
-                Kind::Read => libc::F_RDLCK as u32,
-                _ => libc::F_WRLCK as u32,
-            },
-            pid: 0,
-        }),
+            pid: h.pid,
+        });
+    }
+    Ok(FileLock {
+        start: r.start,
+        end: if r.len == 0 {
+            i64::MAX as u64
+        } else {
+            r.start + r.len - 1
+        },
+        type_: match k {
+            Kind::Read => libc::F_RDLCK as u32,
+            _ => libc::F_WRLCK as u32,
+        },
+        pid: 0,
+    })
+}
+
+/// One SETLK or SETLKW request.
+struct Request {
+    inode: u64,
+    fh: u64,
+    owner: u64,
+    span: Span,
+    kind: Option<Shared>,
+    pid: u32,
+    flock: bool,
+}
+
+/// What one non-blocking try found.
+enum Tried {
+    Done,
+    /// Held by someone; `inside`: by a lock of this daemon's guest.
+    Blocked {
+        inside: bool,
+    },
+}
+
+/// One non-blocking attempt on the host, and the table updated to match.
+fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
+    let blocked = |inside| Ok(Tried::Blocked { inside });
+    if req.flock {
+        let h = fs.handles.file(req.fh, req.inode)?;
+        let had = g.state.flock_held(req.inode, req.fh);
+        match lock::flock(h.as_file()?.fd.as_fd(), host_kind(req.kind)) {
+            Ok(()) => {
+                g.state.flock_set(req.inode, req.fh, req.kind, req.pid);
+                Ok(Tried::Done)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                // A conversion that cannot be granted at once has lost the old lock
+                // (flock(2): converting is not atomic).
+                if had.is_some() && had != req.kind {
+                    g.state.flock_set(req.inode, req.fh, None, req.pid);
+                }
+                let want = req.kind.unwrap_or(Shared::Read);
+                blocked(g.state.flock_conflict(req.inode, req.fh, want))
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        let fd = owner_fd(fs, g, req.inode, req.fh, req.owner)?;
+        match lock::set(fd.as_fd(), host_kind(req.kind), host_range(req.span)) {
+            Ok(()) => {
+                g.state
+                    .posix_apply(req.inode, req.owner, req.span, req.kind, req.pid);
+                Ok(Tried::Done)
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
+                let want = req.kind.unwrap_or(Shared::Read);
+                blocked(
+                    g.state
+                        .posix_conflict(req.inode, req.owner, req.span, want)
+                        .is_some(),
+                )
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
 /// SETLK/SETLKW: takes or releases `lk` for `owner` (POSIX) or for the handle (`flock`).
-/// With `wait`, blocks until granted; `cancelled` is asked whenever the wait is interrupted
-/// by a signal (FUSE_INTERRUPT, or the session ending): true answers EINTR.
+/// With `wait`, waits until granted or until the wait must end (see the module's doc);
+/// `cancelled` says whether FUSE_INTERRUPT or the session's end cancelled the request (its
+/// canceller calls [`Locks::wake`]).
 #[allow(clippy::too_many_arguments)]
 pub fn setlk(
     fs: &UnionFs,
@@ -136,31 +289,174 @@ pub fn setlk(
     wait: bool,
     cancelled: &dyn Fn() -> bool,
 ) -> io::Result<()> {
-    let k = kind(lk.type_)?;
-    loop {
-        // Interrupted before it could block (or between a wake-up and the next try).
-        if wait && cancelled() {
-            return Err(errno(libc::EINTR));
+    let req = Request {
+        inode,
+        fh,
+        owner,
+        span: span(&lk)?,
+        kind: kind(lk.type_)?,
+        pid: lk.pid,
+        flock,
+    };
+    let locks = &fs.locks;
+    let mut g = locks.lock();
+    let mut w = Waiting {
+        id: None,
+        started: Instant::now(),
+        announced: false,
+        outside_since: None,
+        poll: POLL_FIRST,
+    };
+    let r = loop {
+        match step(fs, &mut g, &req, wait, cancelled, &mut w) {
+            Step::Answer(r) => break r,
+            Step::Sleep(nap) => {
+                if !std::mem::replace(&mut w.announced, true) {
+                    log::debug!(
+                        "SETLKW node {inode} owner {owner:#x} {:?} {:?} flock {flock}: waits",
+                        req.kind,
+                        req.span
+                    );
+                }
+                g.sleepers += 1;
+                g = locks
+                    .changed
+                    .wait_timeout(g, nap)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                g.sleepers -= 1;
+            }
         }
-        let r = if flock {
-            let h = fs.handles.file(fh, inode)?;
-            lock::flock(h.as_file()?.fd.as_fd(), k, wait)
-        } else {
-            let fd = owner_fd(fs, inode, fh, owner)?;
-            lock::set(fd.as_fd(), k, range(&lk)?, wait)
-        };
-        match r {
-            // Woken: the loop asks whether it was an interrupt.
-            Err(e) if wait && e.raw_os_error() == Some(libc::EINTR) => {}
-            // A non-blocking flock that conflicts says EWOULDBLOCK; FUSE wants EAGAIN (equal
-            // on Linux) as for fcntl.
-            r => return r,
-        }
+    };
+    if let Some(id) = w.id {
+        g.state.unwait(id);
     }
+    log::debug!(
+        "{} node {inode} owner {owner:#x} {:?} {:?} flock {flock}: {:?}",
+        if wait { "SETLKW" } else { "SETLK" },
+        req.kind,
+        req.span,
+        r.as_ref().map_err(|e| e.raw_os_error())
+    );
+    // Anything but a new lock may let a waiting request through.
+    if r.is_ok() && g.sleepers > 0 {
+        locks.changed.notify_all();
+    }
+    r
+}
+
+/// Where a waiting request stands.
+struct Waiting {
+    /// Its registration in the table (POSIX locks, for the others' deadlock checks).
+    id: Option<WaitId>,
+    /// When it began to wait.
+    started: Instant,
+    /// Whether its wait was logged.
+    announced: bool,
+    /// Since when only locks held outside the guest have blocked it.
+    outside_since: Option<Instant>,
+    /// The next poll interval for those.
+    poll: Duration,
+}
+
+/// What a request does next.
+enum Step {
+    /// Answer the guest.
+    Answer(io::Result<()>),
+    /// Sleep until woken, or for at most this long, then try again.
+    Sleep(Duration),
+}
+
+/// What is left of `bound` (zero: no bound) after `since`, or None when it has run out.
+fn left(bound: Duration, since: Instant) -> Option<Duration> {
+    if bound.is_zero() {
+        return Some(Duration::MAX);
+    }
+    bound.checked_sub(since.elapsed()).filter(|d| !d.is_zero())
+}
+
+/// One try of a SETLK/SETLKW and what follows from it.
+fn step(
+    fs: &UnionFs,
+    g: &mut Inner,
+    req: &Request,
+    wait: bool,
+    cancelled: &dyn Fn() -> bool,
+    w: &mut Waiting,
+) -> Step {
+    let answer = |e| Step::Answer(Err(errno(e)));
+    if wait && cancelled() {
+        return answer(libc::EINTR);
+    }
+    if w.id.is_some_and(|id| g.state.revoked(id)) {
+        // The owner closed the file (or the session ended) while this waited: a lock
+        // granted now would outlive the close that was to release it. The kernel answers
+        // EBADF to a wait whose descriptor was closed meanwhile.
+        return answer(libc::EBADF);
+    }
+    let inside = match try_once(fs, g, req) {
+        Err(e) => return Step::Answer(Err(e)),
+        Ok(Tried::Done) => return Step::Answer(Ok(())),
+        Ok(Tried::Blocked { .. }) if !wait => return answer(libc::EAGAIN),
+        Ok(Tried::Blocked { inside }) => inside,
+    };
+    let opts = &fs.cfg.opts;
+    let want = req.kind.unwrap_or(Shared::Read);
+    let mut nap = if inside {
+        w.outside_since = None;
+        w.poll = POLL_FIRST;
+        RECHECK
+    } else {
+        let nap = w.poll;
+        w.poll = (w.poll * 2).min(POLL_MAX);
+        nap
+    };
+    if req.flock {
+        // flock has no deadlocks to detect; a wait for the guest's own open files lasts
+        // until they let go, one for a lock held outside the guest is bounded.
+        if !inside {
+            let since = *w.outside_since.get_or_insert_with(Instant::now);
+            match left(opts.lock_wait_external, since) {
+                Some(l) => nap = nap.min(l),
+                None => return answer(libc::ENOLCK),
+            }
+        }
+        return Step::Sleep(nap);
+    }
+    if g.state.would_deadlock(req.inode, req.owner, req.span, want) {
+        return answer(libc::EDEADLK);
+    }
+    // A deadlock this table cannot see (a holder that waits for the waiter to exit, another
+    // guest, a host process) ends after lock-timeout, as Linux's own detection answers
+    // EDEADLK where it guesses.
+    match left(opts.lock_timeout, w.started) {
+        Some(l) => nap = nap.min(l),
+        None => return answer(libc::EDEADLK),
+    }
+    if w.id.is_none() {
+        w.id = Some(g.state.wait(req.inode, req.owner, req.span, want));
+    }
+    Step::Sleep(nap)
 }
 
 /// FLUSH or RELEASE by `owner`: POSIX says closing any descriptor of a file releases all of
-/// the closing process's locks on it.
+/// the closing process's locks on it. The owner's waits on the file end too.
 pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
-    fs.locks.drop_owner(inode, owner);
+    let mut g = fs.locks.lock();
+    g.fds.remove(&(inode, owner));
+    g.state.drop_posix_owner(inode, owner);
+    if g.sleepers > 0 {
+        fs.locks.changed.notify_all();
+    }
+}
+
+/// RELEASE of handle `fh` (after its descriptor was closed): its flock lock is gone.
+pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
+    let mut g = fs.locks.lock();
+    if g.state.flock_held(inode, fh).is_some() {
+        g.state.flock_set(inode, fh, None, 0);
+        if g.sleepers > 0 {
+            fs.locks.changed.notify_all();
+        }
+    }
 }
