@@ -17,6 +17,8 @@ timed scripts/build-initramfs.sh >/dev/null
 timed scripts/build-pjdfstest-initrd.sh >/dev/null
 # flock, cp, sync, stat and xfs_io for the guest (tests/e2e_ops.rs).
 timed scripts/build-tools-initrd.sh >/dev/null
+# stress-ng for the guest (tests/e2e_lock_waits.rs).
+timed scripts/build-tools-initrd.sh stress >/dev/null
 # A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
 timed scripts/build-debian-base.sh >/dev/null
 # The closing line sums every test binary's result (cargo's own last line is that of the

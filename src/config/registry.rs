@@ -190,7 +190,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.cache_negative_entry = seconds(v)?;
         Ok(())
     } },
-    OptionSpec { name: "lock-timeout", help: "SECS a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) waits before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {
+    OptionSpec { name: "lock-timeout", help: "SECS the same holders may block a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {
         s.opts.lock_timeout = seconds(v)?;
         Ok(())
     } },

@@ -188,6 +188,18 @@ impl LockState {
         self.posix_conflicts(node, owner, span, kind).next()
     }
 
+    /// The owners other than `owner` whose locks on `node` conflict with `kind` on `span`,
+    /// sorted, each once.
+    pub fn posix_blockers(&self, node: u64, owner: u64, span: Span, kind: Shared) -> Vec<u64> {
+        let mut by: Vec<u64> = self
+            .posix_conflicts(node, owner, span, kind)
+            .map(|(o, _)| o)
+            .collect();
+        by.sort_unstable();
+        by.dedup();
+        by
+    }
+
     fn posix_conflicts(
         &self,
         node: u64,
@@ -278,13 +290,18 @@ impl LockState {
         self.flock.get(&node)?.get(&fh).map(|(k, _)| *k)
     }
 
-    /// Whether another handle than `fh` holds a flock lock on `node` that conflicts with `kind`.
-    pub fn flock_conflict(&self, node: u64, fh: u64, kind: Shared) -> bool {
-        self.flock
+    /// The handles other than `fh` whose flock lock on `node` conflicts with `kind`, sorted.
+    pub fn flock_blockers(&self, node: u64, fh: u64, kind: Shared) -> Vec<u64> {
+        let mut by: Vec<u64> = self
+            .flock
             .get(&node)
             .into_iter()
             .flatten()
-            .any(|(h, (k, _))| *h != fh && k.conflicts(kind))
+            .filter(|(h, (k, _))| **h != fh && k.conflicts(kind))
+            .map(|(h, _)| *h)
+            .collect();
+        by.sort_unstable();
+        by
     }
 
     /// Every POSIX lock and flock lock this table holds, counted (for the session-end log).
@@ -426,14 +443,14 @@ mod tests {
     fn flock_conflicts_between_handles() {
         let mut s = LockState::default();
         s.flock_set(1, 100, Some(Shared::Read), 10);
-        assert!(!s.flock_conflict(1, 101, Shared::Read));
-        assert!(s.flock_conflict(1, 101, Shared::Write));
+        assert!(s.flock_blockers(1, 101, Shared::Read).is_empty());
+        assert_eq!(s.flock_blockers(1, 101, Shared::Write), [100]);
         assert!(
-            !s.flock_conflict(1, 100, Shared::Write),
+            s.flock_blockers(1, 100, Shared::Write).is_empty(),
             "its own lock converts"
         );
         s.flock_set(1, 100, None, 10);
-        assert!(!s.flock_conflict(1, 101, Shared::Write));
+        assert!(s.flock_blockers(1, 101, Shared::Write).is_empty());
         assert_eq!(s.count(), 0);
     }
 

@@ -311,8 +311,8 @@ pub struct UnionOptions {
     /// virtiofsd's legacy `-o no_posix_lock`/`no_flock` turn it off (the guest then keeps
     /// its locks to itself).
     pub host_locks: bool,
-    /// How long a POSIX lock request (F_SETLKW) waits before it answers EDEADLK, a deadlock
-    /// the daemon cannot see (zero: no bound). The guest cannot interrupt a request it sent,
+    /// How long the same holders may block a POSIX lock request (F_SETLKW) before it answers
+    /// EDEADLK, a deadlock the daemon cannot see (zero: no bound). The guest cannot interrupt a request it sent,
     /// so this is what ends a wait whose holder waits for the waiter to exit.
     pub lock_timeout: Duration,
     /// How long a flock wait blocked only by locks held outside this daemon's guest (host

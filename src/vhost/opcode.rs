@@ -56,8 +56,8 @@ pub(crate) enum Cost {
     Costly,
     /// READ/WRITE: a worker from this many payload bytes on.
     FromSize(u32),
-    /// May wait without bound for another party (SETLKW): a thread of its own, so that no
-    /// worker is held.
+    /// May wait long for another party (SETLKW, until the daemon ends the wait): a thread of
+    /// its own, so that no worker is held.
     Blocking,
 }
 
@@ -154,10 +154,10 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::Create as u32,
         row(true, ENTRY + size_of::<OpenOut>(), Cheap, Library),
     ),
-    // A worker: waking a waiter may take a few signals.
+    // Marks the waiter and wakes the lock waits: no system call but a futex wake.
     (
         Opcode::Interrupt as u32,
-        row(false, 0, Costly, Daemon(Interrupt)),
+        row(false, 0, Cheap, Daemon(Interrupt)),
     ),
     (Opcode::Destroy as u32, row(true, 0, Cheap, Library)),
     (Opcode::BatchForget as u32, row(false, 0, Cheap, Library)),

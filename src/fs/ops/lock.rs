@@ -16,8 +16,8 @@
 //! virtio-fs driver never interrupts a request, so a wait must end by the daemon's word.
 //! A POSIX wait ends when the lock is granted; with EDEADLK at once when waiting would close
 //! a cycle of the guest's lock owners (the kernel's rule for local POSIX locks; OFD locks
-//! have none), and with EDEADLK after `lock-timeout` seconds, for the deadlocks no lock table
-//! shows (a holder waiting for the waiter to exit, as stress-ng's lockf stressor does; another
+//! have none), and with EDEADLK once the same holders have blocked it for `lock-timeout`
+//! seconds, for the deadlocks no lock table shows (a holder waiting for the waiter to exit, as stress-ng's lockf stressor does; another
 //! guest; a host process). A flock wait ends when granted, or with ENOLCK when only locks
 //! held outside the guest have blocked it for `lock-wait-external` seconds. Both end with
 //! EBADF when the owner closes the file meanwhile, and with EINTR on FUSE_INTERRUPT or the
@@ -225,15 +225,16 @@ struct Request {
 /// What one non-blocking try found.
 enum Tried {
     Done,
-    /// Held by someone; `inside`: by a lock of this daemon's guest.
+    /// Held by someone: the guest's lock owners (POSIX) or handles (flock) that block it,
+    /// none when only locks held outside the guest do.
     Blocked {
-        inside: bool,
+        by: Vec<u64>,
     },
 }
 
 /// One non-blocking attempt on the host, and the table updated to match.
 fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
-    let blocked = |inside| Ok(Tried::Blocked { inside });
+    let blocked = |by| Ok(Tried::Blocked { by });
     if req.flock {
         let h = fs.handles.file(req.fh, req.inode)?;
         let had = g.state.flock_held(req.inode, req.fh);
@@ -249,7 +250,7 @@ fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
                     g.state.flock_set(req.inode, req.fh, None, req.pid);
                 }
                 let want = req.kind.unwrap_or(Shared::Read);
-                blocked(g.state.flock_conflict(req.inode, req.fh, want))
+                blocked(g.state.flock_blockers(req.inode, req.fh, want))
             }
             Err(e) => Err(e),
         }
@@ -263,11 +264,7 @@ fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
                 let want = req.kind.unwrap_or(Shared::Read);
-                blocked(
-                    g.state
-                        .posix_conflict(req.inode, req.owner, req.span, want)
-                        .is_some(),
-                )
+                blocked(g.state.posix_blockers(req.inode, req.owner, req.span, want))
             }
             Err(e) => Err(e),
         }
@@ -302,9 +299,9 @@ pub fn setlk(
     let mut g = locks.lock();
     let mut w = Waiting {
         id: None,
-        started: Instant::now(),
+        blockers: None,
+        since: Instant::now(),
         announced: false,
-        outside_since: None,
         poll: POLL_FIRST,
     };
     let r = loop {
@@ -349,13 +346,13 @@ pub fn setlk(
 struct Waiting {
     /// Its registration in the table (POSIX locks, for the others' deadlock checks).
     id: Option<WaitId>,
-    /// When it began to wait.
-    started: Instant,
+    /// Who blocked it at the last try (see [`Tried::Blocked`]), and since when exactly they
+    /// have: a wait that keeps changing hands is making way, one whose holders stay is not.
+    blockers: Option<Vec<u64>>,
+    since: Instant,
     /// Whether its wait was logged.
     announced: bool,
-    /// Since when only locks held outside the guest have blocked it.
-    outside_since: Option<Instant>,
-    /// The next poll interval for those.
+    /// The next poll interval for locks held outside the guest.
     poll: Duration,
 }
 
@@ -394,17 +391,20 @@ fn step(
         // EBADF to a wait whose descriptor was closed meanwhile.
         return answer(libc::EBADF);
     }
-    let inside = match try_once(fs, g, req) {
+    let by = match try_once(fs, g, req) {
         Err(e) => return Step::Answer(Err(e)),
         Ok(Tried::Done) => return Step::Answer(Ok(())),
         Ok(Tried::Blocked { .. }) if !wait => return answer(libc::EAGAIN),
-        Ok(Tried::Blocked { inside }) => inside,
+        Ok(Tried::Blocked { by }) => by,
     };
-    let opts = &fs.cfg.opts;
-    let want = req.kind.unwrap_or(Shared::Read);
-    let mut nap = if inside {
-        w.outside_since = None;
+    let inside = !by.is_empty();
+    if w.blockers.as_ref() != Some(&by) {
+        w.blockers = Some(by);
+        w.since = Instant::now();
         w.poll = POLL_FIRST;
+    }
+    let opts = &fs.cfg.opts;
+    let mut nap = if inside {
         RECHECK
     } else {
         let nap = w.poll;
@@ -415,21 +415,21 @@ fn step(
         // flock has no deadlocks to detect; a wait for the guest's own open files lasts
         // until they let go, one for a lock held outside the guest is bounded.
         if !inside {
-            let since = *w.outside_since.get_or_insert_with(Instant::now);
-            match left(opts.lock_wait_external, since) {
+            match left(opts.lock_wait_external, w.since) {
                 Some(l) => nap = nap.min(l),
                 None => return answer(libc::ENOLCK),
             }
         }
         return Step::Sleep(nap);
     }
+    let want = req.kind.unwrap_or(Shared::Read);
     if g.state.would_deadlock(req.inode, req.owner, req.span, want) {
         return answer(libc::EDEADLK);
     }
     // A deadlock this table cannot see (a holder that waits for the waiter to exit, another
-    // guest, a host process) ends after lock-timeout, as Linux's own detection answers
-    // EDEADLK where it guesses.
-    match left(opts.lock_timeout, w.started) {
+    // guest, a host process): the same holders have blocked the wait for lock-timeout. Linux's
+    // own detection also answers EDEADLK where it guesses.
+    match left(opts.lock_timeout, w.since) {
         Some(l) => nap = nap.min(l),
         None => return answer(libc::EDEADLK),
     }
