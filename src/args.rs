@@ -66,12 +66,13 @@ pub enum SeccompAction {
 /// virtiofsd's `--inode-file-handles` modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum InodeFileHandles {
-    /// Always O_PATH descriptors (what this daemon does).
+    /// No file handles: a node the daemon closed is reopened by its path.
     Never,
-    /// File handles where the filesystem supports them.
+    /// File handles where the filesystem makes them and the daemon may open them (the
+    /// default).
     #[value(alias = "fallback")]
     Prefer,
-    /// File handles only.
+    /// File handles on every branch, or refuse to start.
     Mandatory,
 }
 
@@ -331,7 +332,9 @@ pub struct Args {
     #[arg(long, overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
 
-    /// When to reference inodes by file handle (this daemon always keeps O_PATH descriptors).
+    /// How nodes the guest holds are kept: file handles (reopened with open_by_handle_at, needs
+    /// CAP_DAC_READ_SEARCH) or reopened by path; never more than a few hundred descriptors
+    /// (default prefer).
     #[arg(long, value_enum, value_name = "MODE")]
     pub inode_file_handles: Option<InodeFileHandles>,
 

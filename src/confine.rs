@@ -57,9 +57,9 @@ pub fn filter(c: &Confinement) -> std::io::Result<()> {
     use crate::sys::seccomp::{install, Mismatch};
     match c.seccomp {
         SeccompAction::None => Ok(()),
-        SeccompAction::Kill => install(Mismatch::Kill),
-        SeccompAction::Log => install(Mismatch::Log),
-        SeccompAction::Trap => install(Mismatch::Trap),
+        SeccompAction::Kill => install(Mismatch::Kill, c.file_handles),
+        SeccompAction::Log => install(Mismatch::Log, c.file_handles),
+        SeccompAction::Trap => install(Mismatch::Trap, c.file_handles),
     }
 }
 
@@ -68,6 +68,9 @@ pub fn serving_caps(c: &Confinement) -> Vec<Capability> {
     let mut keep: Vec<Capability> = crate::sys::caps::SERVING.to_vec();
     if c.keep_sys_admin {
         keep.push(Capability::CAP_SYS_ADMIN);
+    }
+    if c.file_handles {
+        keep.push(Capability::CAP_DAC_READ_SEARCH);
     }
     for change in c.modcaps.iter().flat_map(|m| m.0.iter()) {
         keep.retain(|k| *k != change.cap);

@@ -31,6 +31,9 @@ fn mask(pid: u32, field: &str) -> u64 {
 /// mknod 27, setfcap 31.
 const SERVING: [u32; 8] = [0, 1, 3, 4, 6, 7, 27, 31];
 
+/// dac_read_search, kept only while nodes may use file handles (open_by_handle_at).
+const DAC_READ_SEARCH: u32 = 2;
+
 #[test]
 fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
     // What this test process may hand down (a container may lack some).
@@ -38,9 +41,10 @@ fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
     let work = tempfile::tempdir().unwrap();
     let branch = work.path().join("b");
     std::fs::create_dir(&branch).unwrap();
-    for (modcaps, add, remove) in [
-        (None, None, None),
-        (Some("+sys_admin:-MKNOD"), Some(21), Some(27)),
+    for (modcaps, handles, add, remove) in [
+        (None, "never", None, None),
+        (None, "prefer", Some(DAC_READ_SEARCH), None),
+        (Some("+sys_admin:-MKNOD"), "mandatory", Some(21), Some(27)),
     ] {
         let sock = work.path().join("s");
         let mut cmd = daemon();
@@ -50,6 +54,7 @@ fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
             .arg(&branch)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        cmd.arg(format!("--inode-file-handles={handles}"));
         if let Some(m) = modcaps {
             cmd.arg(format!("--modcaps={m}"));
         }
@@ -60,6 +65,9 @@ fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
         let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
         dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
         let mut want: u64 = SERVING.iter().map(|&n| bit(n)).sum();
+        if handles == "mandatory" {
+            want |= bit(DAC_READ_SEARCH);
+        }
         if let Some(a) = add {
             want |= bit(a);
         }
@@ -68,7 +76,7 @@ fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
         }
         want &= ours;
         for set in ["CapEff", "CapPrm", "CapBnd"] {
-            assert_eq!(mask(inner, set), want, "{set} with {modcaps:?}");
+            assert_eq!(mask(inner, set), want, "{set} with {modcaps:?}, {handles}");
         }
         assert_eq!(mask(inner, "CapInh"), 0);
         assert_eq!(mask(inner, "CapAmb"), 0);

@@ -108,9 +108,12 @@ fn parse(lines: &[String]) -> Summary {
     }
 }
 
-fn run_suite(branches: &[&Tmpfs]) -> Summary {
+/// The suite in a guest over `branches`, the daemon started with `-o minfreespace=1M,` and
+/// `opts`.
+fn run_suite(branches: &[&Tmpfs], opts: &str) -> Summary {
     let specs: Vec<_> = branches.iter().map(|t| (t.path(), Mode::Rw)).collect();
-    let mut backend = Backend::union(&specs, &["-o", "minfreespace=1M"]);
+    let opts = format!("minfreespace=1M{opts}");
+    let mut backend = Backend::union(&specs, &["-o", &opts]);
     // One log line per request would slow the run and flood the log: info level only.
     for a in backend.args.iter_mut().filter(|a| *a == "debug") {
         *a = "info".to_owned();
@@ -226,11 +229,23 @@ fn check(s: &Summary) {
 #[test]
 fn pjdfstest_passes_on_one_branch_in_guest() {
     let a = Tmpfs::new("256M");
-    check(&run_suite(&[&a]));
+    check(&run_suite(&[&a], ""));
 }
 
 #[test]
 fn pjdfstest_passes_on_three_branches_in_guest() {
     let (a, b, c) = (Tmpfs::new("256M"), Tmpfs::new("256M"), Tmpfs::new("256M"));
-    check(&run_suite(&[&a, &b, &c]));
+    check(&run_suite(&[&a, &b, &c], ""));
+}
+
+/// With only 16 node descriptors open, nodes are closed and reopened all the time: by path
+/// (`never`) or by file handle (`mandatory`; the default `prefer` is the runs above).
+#[test]
+fn pjdfstest_passes_with_nodes_reopened_by_path_and_by_handle() {
+    for mode in ["never", "mandatory"] {
+        let a = Tmpfs::new("256M");
+        let s = run_suite(&[&a], &format!(",node-fds=16,inode-file-handles={mode}"));
+        eprintln!("--inode-file-handles={mode}: {s:?}");
+        check(&s);
+    }
 }

@@ -108,6 +108,9 @@ pub struct Confinement {
     pub translate_gid: Vec<Translate>,
     /// Keep CAP_SYS_ADMIN: `cow=true` writes overlayfs's `trusted.*` xattrs.
     pub keep_sys_admin: bool,
+    /// Nodes may use file handles: keep CAP_DAC_READ_SEARCH (open_by_handle_at) and allow
+    /// the two handle calls through seccomp.
+    pub file_handles: bool,
 }
 
 /// The checked configuration of one daemon run.
@@ -241,6 +244,7 @@ impl TryFrom<Args> for Config {
             translate_uid: args.translate_uid.clone(),
             translate_gid: args.translate_gid.clone(),
             keep_sys_admin: settings.opts.cow,
+            file_handles: settings.opts.file_handles != crate::fs::options::FileHandles::Never,
         };
         check_sandbox(&confinement, rustix::process::geteuid().is_root())?;
         Ok(Config {
@@ -388,10 +392,14 @@ fn apply_virtiofsd(
         s.opts.host_locks = on;
     }
     s.opts.preserve_noatime = args.preserve_noatime;
-    if args.inode_file_handles == Some(crate::args::InodeFileHandles::Mandatory) {
-        notes.push(
-            "--inode-file-handles=mandatory: nodes keep O_PATH descriptors (as 'never')".into(),
-        );
+    if let Some(m) = args.inode_file_handles {
+        use crate::args::InodeFileHandles as A;
+        use crate::fs::options::FileHandles as F;
+        s.opts.file_handles = match m {
+            A::Never => F::Never,
+            A::Prefer => F::Prefer,
+            A::Mandatory => F::Mandatory,
+        };
     }
     if args.migration_mode.is_some()
         || args.migration_on_error.is_some()

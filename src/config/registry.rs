@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::fs::options::{
-    CacheFiles, FollowSymlinks, Func, InodeCalc, LinkExdev, RenameExdev, StatfsIgnore, StatfsMode,
-    UnionOptions, XattrMode,
+    CacheFiles, FileHandles, FollowSymlinks, Func, InodeCalc, LinkExdev, RenameExdev, StatfsIgnore,
+    StatfsMode, UnionOptions, XattrMode,
 };
 use crate::union::policy::{Category, Policy};
 use crate::union::size::parse_size;
@@ -188,6 +188,15 @@ pub static OPTIONS: &[OptionSpec] = &[
     } },
     OptionSpec { name: "cache.negative-entry", help: "SECS the guest may cache failed lookups (default 0)", set: |s, v| {
         s.opts.cache_negative_entry = seconds(v)?;
+        Ok(())
+    } },
+    OptionSpec { name: "inode-file-handles", help: "never|prefer|mandatory: how nodes the guest holds are reopened once the daemon closed their descriptors: by file handle (needs CAP_DAC_READ_SEARCH; prefer falls back to the path where a branch has none, mandatory refuses to start) or by path (virtiofsd's option; default prefer)", set: choice!(file_handles, "never, prefer or mandatory", {
+        "never" => FileHandles::Never,
+        "prefer" => FileHandles::Prefer,
+        "mandatory" => FileHandles::Mandatory,
+    }) },
+    OptionSpec { name: "node-fds", help: "N node descriptors kept open before the least recently used are closed (ours, default 512; at most a quarter of the open file limit)", set: |s, v| {
+        s.opts.node_fds = v.parse().ok().filter(|n| *n > 0).ok_or(Expected("a positive number"))?;
         Ok(())
     } },
     OptionSpec { name: "lock-timeout", help: "SECS the same holders may block a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {

@@ -14,6 +14,17 @@ pub(crate) struct Root {
     pub(crate) fd: OwnedFd,
     /// Device of the branch root, to count each filesystem once (statfs, syncfs).
     pub(crate) dev: u64,
+    /// Where its nodes' file handles are opened, when they use handles (worked out at first
+    /// use).
+    pub(crate) handle_mount: std::sync::OnceLock<Option<HandleMount>>,
+}
+
+/// A branch root's filesystem as file handles need it.
+pub(crate) struct HandleMount {
+    /// The root opened for reading (open_by_handle_at takes no `O_PATH` descriptor).
+    pub(crate) fd: OwnedFd,
+    /// Its mount id: only handles made on that mount are opened there.
+    pub(crate) id: i32,
 }
 
 /// Every branch of the union.
@@ -42,6 +53,17 @@ impl Branches {
     /// The root descriptor of branch `b`.
     pub(crate) fn fd(&self, b: usize) -> BorrowedFd<'_> {
         self.roots[b].fd.as_fd()
+    }
+
+    /// Where branch `b`'s nodes' file handles are opened, worked out by `probe`
+    /// (given the root) the first time.
+    pub(crate) fn handle_mount(
+        &self,
+        b: usize,
+        probe: impl FnOnce(BorrowedFd<'_>) -> Option<HandleMount>,
+    ) -> Option<&HandleMount> {
+        let r = &self.roots[b];
+        r.handle_mount.get_or_init(|| probe(r.fd.as_fd())).as_ref()
     }
 
     /// The roots with their indices.

@@ -154,12 +154,8 @@ impl UnionFs {
             .find_on(dir.branch, rel)
             .ok_or_else(|| errno(libc::ENOENT))?;
         // The guest's node now acts on the copy.
-        self.inodes.rebind(
-            (f.st.st_dev, f.st.st_ino),
-            up.branch,
-            up.fd.clone(),
-            (up.st.st_dev, up.st.st_ino),
-        );
+        self.inodes
+            .rebind((f.st.st_dev, f.st.st_ino), self.bind_of(&up));
         Ok(up)
     }
 

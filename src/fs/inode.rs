@@ -2,19 +2,25 @@
 //! kernel's lookup counts.
 //!
 //! A node is one host object, identified by the device and inode number of the copy its lookup
-//! found: hard links to a file share one node, and a node keeps the `O_PATH` descriptor of its
-//! object, so it stays usable after its last name is gone (an open-unlinked file) until the
-//! guest forgets it. Union operations that need a path on other branches use the node's names,
+//! found: hard links to a file share one node. A node holds its object by an `O_PATH`
+//! descriptor while it is in use; the table keeps at most `capacity` such descriptors and
+//! closes those of the least recently used nodes beyond it, which are then reopened by their
+//! file handle (when the daemon uses handles) or by their path, checked against their device
+//! and inode number (see [`Bound`]). A node with no name left (an open-unlinked file) is never
+//! closed: nothing could find its object again, so it stays usable until the guest forgets it. Union operations that need a path on other branches use the node's names,
 //! kept as a tree of (parent, name) entries that rename and unlink update. A rename can never
 //! make a directory its own ancestor, so every path walk ends at the root. A node is freed when
 //! its lookup count reaches zero and no entry names it as parent, so memory follows what the
 //! guest holds. This module does no I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use crate::sys::handle::FileHandle;
 
 /// The FUSE root node id.
 pub const ROOT_ID: u64 = 1;
@@ -32,6 +38,32 @@ pub struct Bind {
     pub key: Key,
     /// Whether it is a directory (a directory has at most one name).
     pub is_dir: bool,
+    /// Its file handle, when the daemon uses handles and the filesystem makes one.
+    pub handle: Option<Arc<FileHandle>>,
+}
+
+/// How a node holds its object now.
+#[derive(Clone)]
+pub enum Bound {
+    /// By an open `O_PATH` descriptor, on this branch.
+    Open(usize, Arc<OwnedFd>),
+    /// Closed to stay within the table's capacity: reopen it by `handle`, or without one by
+    /// the node's path on `branch`, and check that it is still `key`.
+    Closed {
+        /// The branch the object is on.
+        branch: usize,
+        /// Its file handle, if it has one.
+        handle: Option<Arc<FileHandle>>,
+        /// Its identity.
+        key: Key,
+    },
+}
+
+/// A node's object: its branch, its descriptor while open, its handle.
+struct Hold {
+    branch: usize,
+    fd: Option<Arc<OwnedFd>>,
+    handle: Option<Arc<FileHandle>>,
 }
 
 type Entry = (u64, CString);
@@ -46,8 +78,10 @@ struct Node {
     is_dir: bool,
     /// (mtime, mtime_nsec, size) at the last open, for `cache.files=auto-full`.
     stamp: Option<(i64, i64, i64)>,
-    /// The branch and `O_PATH` descriptor of the node's object.
-    bound: Option<(usize, Arc<OwnedFd>)>,
+    /// How the node's object is held.
+    bound: Option<Hold>,
+    /// When it was last used (the table's clock), for closing the least recently used.
+    used: AtomicU64,
 }
 
 struct Inner {
@@ -55,11 +89,17 @@ struct Inner {
     names: HashMap<Entry, u64>,
     by_key: HashMap<Key, u64>,
     next_id: u64,
+    /// The nodes that hold an open descriptor.
+    open: HashSet<u64>,
+    /// How many of them may, before the least recently used are closed.
+    capacity: usize,
 }
 
 /// Maps FUSE node ids to host objects and union paths.
 pub struct InodeTable {
     inner: RwLock<Inner>,
+    /// Counts uses, to date them.
+    clock: AtomicU64,
 }
 
 fn err(e: i32) -> io::Error {
@@ -136,10 +176,60 @@ impl Inner {
                 key: Some(found.key),
                 is_dir: found.is_dir,
                 stamp: None,
-                bound: Some((found.branch, found.fd)),
+                bound: None,
+                used: AtomicU64::new(0),
             },
         );
+        self.hold(id, found);
         Ok(id)
+    }
+
+    /// Binds node `id` to `found` (its descriptor counts as open).
+    fn hold(&mut self, id: u64, found: Bind) {
+        let Some(n) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        n.bound = Some(Hold {
+            branch: found.branch,
+            fd: Some(found.fd),
+            handle: found.handle,
+        });
+        self.open.insert(id);
+    }
+
+    /// Closes the descriptors of the least recently used nodes beyond `capacity` (down to
+    /// seven eighths of it, so that the work is done once per many new descriptors), except
+    /// those of nodes without a name. The descriptors are moved to `closed`, for the caller to
+    /// drop after it let go of the table.
+    fn trim(&mut self, closed: &mut Vec<Arc<OwnedFd>>) {
+        if self.open.len() <= self.capacity {
+            return;
+        }
+        let mut old: Vec<(u64, u64)> = self
+            .open
+            .iter()
+            .filter_map(|id| {
+                let n = self.nodes.get(id)?;
+                (!n.names.is_empty()).then(|| (n.used.load(Ordering::Relaxed), *id))
+            })
+            .collect();
+        let excess = self.open.len() - self.capacity * 7 / 8;
+        let excess = excess.min(old.len());
+        if excess == 0 {
+            return;
+        }
+        old.select_nth_unstable(excess - 1);
+        for (_, id) in &old[..excess] {
+            self.open.remove(id);
+            if let Some(fd) = self
+                .nodes
+                .get_mut(id)
+                .and_then(|n| n.bound.as_mut())
+                .and_then(|h| h.fd.take())
+            {
+                closed.push(fd);
+            }
+        }
     }
 
     /// Frees `id` if unused, then any parent that became unused.
@@ -156,6 +246,7 @@ impl Inner {
                 continue;
             }
             let n = self.nodes.remove(&id).expect("present");
+            self.open.remove(&id);
             if let Some(k) = n.key {
                 if self.by_key.get(&k) == Some(&id) {
                     self.by_key.remove(&k);
@@ -173,8 +264,14 @@ impl Inner {
 }
 
 impl InodeTable {
-    /// A table holding only the root.
+    /// A table holding only the root, whose nodes keep their descriptors open.
     pub fn new() -> Self {
+        Self::with_capacity(usize::MAX)
+    }
+
+    /// A table holding only the root that keeps at most about `capacity` node descriptors
+    /// open.
+    pub fn with_capacity(capacity: usize) -> Self {
         let mut nodes = HashMap::new();
         nodes.insert(
             ROOT_ID,
@@ -186,6 +283,7 @@ impl InodeTable {
                 is_dir: true,
                 stamp: None,
                 bound: None,
+                used: AtomicU64::new(0),
             },
         );
         InodeTable {
@@ -194,7 +292,10 @@ impl InodeTable {
                 names: HashMap::new(),
                 by_key: HashMap::new(),
                 next_id: ROOT_ID + 1,
+                open: HashSet::new(),
+                capacity: capacity.max(1),
             }),
+            clock: AtomicU64::new(1),
         }
     }
 
@@ -234,6 +335,19 @@ impl InodeTable {
         ))
     }
 
+    /// The node named `parent/name`, with the object it is bound to.
+    pub fn child(&self, parent: u64, name: &CStr) -> Option<(u64, Key)> {
+        let inner = self.inner.read().unwrap();
+        let id = *inner.names.get(&(parent, name.to_owned()))?;
+        Some((id, inner.nodes.get(&id)?.key?))
+    }
+
+    /// Whether `id` is a directory's node.
+    pub fn is_dir(&self, id: u64) -> bool {
+        let inner = self.inner.read().unwrap();
+        inner.nodes.get(&id).is_some_and(|n| n.is_dir)
+    }
+
     /// Whether `id` is a known node that still has a name (the root always has).
     pub fn linked(&self, id: u64) -> bool {
         let inner = self.inner.read().unwrap();
@@ -251,74 +365,37 @@ impl InodeTable {
         found: Bind,
         max_nodes: usize,
     ) -> io::Result<u64> {
+        let mut closed = Vec::new();
         let mut inner = self.inner.write().unwrap();
-        if !inner.nodes.contains_key(&parent) {
-            return Err(err(libc::EBADF));
+        let r = inner.lookup(parent, name, found, max_nodes);
+        if let Ok(id) = r {
+            inner.touch(id, self.tick());
         }
-        let entry = (parent, name.to_owned());
-        if let Some(&id) = inner.names.get(&entry) {
-            let n = inner.nodes.get_mut(&id).expect("names point at nodes");
-            if n.key == Some(found.key) {
-                n.lookups += 1;
-                if n.bound.is_none() {
-                    n.bound = Some((found.branch, found.fd));
-                }
-                return Ok(id);
-            }
-            if n.is_dir && found.is_dir {
-                // A union directory is its path, not one host copy: when the policy finds
-                // another copy now (a parent path cloned onto a branch earlier in the list, a
-                // copy-up), it is the same directory, and its children keep their paths.
-                let old = n.key.replace(found.key);
-                n.bound = Some((found.branch, found.fd));
-                n.lookups += 1;
-                if old.is_some_and(|k| inner.by_key.get(&k) == Some(&id)) {
-                    inner.by_key.remove(&old.expect("checked"));
-                }
-                inner.by_key.entry(found.key).or_insert(id);
-                return Ok(id);
-            }
-            // Another object has this name now (it was replaced on the host).
-            inner.drop_name(&entry);
-        }
-        if let Some(&id) = inner.by_key.get(&found.key) {
-            let is_dir = inner.nodes[&id].is_dir;
-            // A directory found inside itself (a followed symlink) must not become its own
-            // ancestor: it gets a node of its own below.
-            if !(is_dir && inner.is_ancestor_or_self(id, parent)) {
-                if is_dir {
-                    // A directory has one name: this one (it was moved on the host).
-                    let old: Vec<Entry> = inner.nodes[&id].names.clone();
-                    inner.nodes.get_mut(&id).expect("present").lookups += 1;
-                    for e in &old {
-                        inner.drop_name(e);
-                    }
-                } else {
-                    inner.nodes.get_mut(&id).expect("present").lookups += 1;
-                }
-                inner.add_name(entry, id);
-                return Ok(id);
-            }
-        }
-        let key = found.key;
-        let id = inner.new_node(found, max_nodes)?;
-        inner.by_key.entry(key).or_insert(id);
-        inner.add_name(entry, id);
-        Ok(id)
+        inner.trim(&mut closed);
+        r
     }
 
-    /// Moves the node bound to host object `old` (if any) onto the object `new`, found on
-    /// `branch` with descriptor `fd` (a copy-up replaced one by the other).
-    pub fn rebind(&self, old: Key, branch: usize, fd: Arc<OwnedFd>, new: Key) {
+    /// Moves the node bound to host object `old` (if any) onto the object `new` found as
+    /// `found` (a copy-up replaced one by the other).
+    pub fn rebind(&self, old: Key, found: Bind) {
+        let mut closed = Vec::new();
         let mut inner = self.inner.write().unwrap();
         let Some(id) = inner.by_key.remove(&old) else {
             return;
         };
+        let new = found.key;
         if let Some(n) = inner.nodes.get_mut(&id) {
             n.key = Some(new);
-            n.bound = Some((branch, fd));
         }
+        inner.hold(id, found);
         inner.by_key.insert(new, id);
+        inner.touch(id, self.tick());
+        inner.trim(&mut closed);
+    }
+
+    /// The next date of the table's clock.
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A node for an object that has no name yet (O_TMPFILE), with one guest lookup; ENFILE
@@ -328,6 +405,7 @@ impl InodeTable {
         let key = found.key;
         let id = inner.new_node(found, max_nodes)?;
         inner.by_key.insert(key, id);
+        // Never closed while it has no name: nothing else could find its object.
         Ok(id)
     }
 
@@ -404,19 +482,67 @@ impl InodeTable {
         }
     }
 
-    /// The branch and descriptor `id` is bound to, if any.
-    pub fn bound(&self, id: u64) -> Option<(usize, Arc<OwnedFd>)> {
+    /// How `id` holds its object, if it is bound to one (and it counts as used now).
+    pub fn bound(&self, id: u64) -> Option<Bound> {
         let inner = self.inner.read().unwrap();
-        inner.nodes.get(&id).and_then(|n| n.bound.clone())
+        let n = inner.nodes.get(&id)?;
+        let h = n.bound.as_ref()?;
+        n.used.store(self.tick(), Ordering::Relaxed);
+        Some(match &h.fd {
+            Some(fd) => Bound::Open(h.branch, fd.clone()),
+            None => Bound::Closed {
+                branch: h.branch,
+                handle: h.handle.clone(),
+                key: n.key?,
+            },
+        })
+    }
+
+    /// Gives closed node `id` the descriptor `fd` it was reopened with, if it is still bound
+    /// to object `key` and closed; returns the descriptor it holds now.
+    pub fn reopened(&self, id: u64, key: Key, fd: Arc<OwnedFd>) -> Arc<OwnedFd> {
+        let mut closed = Vec::new();
+        let mut inner = self.inner.write().unwrap();
+        let Some(n) = inner.nodes.get_mut(&id) else {
+            return fd;
+        };
+        if n.key != Some(key) {
+            return fd;
+        }
+        let Some(h) = n.bound.as_mut() else {
+            return fd;
+        };
+        let held = h.fd.get_or_insert(fd).clone();
+        inner.open.insert(id);
+        inner.touch(id, self.tick());
+        inner.trim(&mut closed);
+        held
+    }
+
+    /// Keeps at most about `capacity` node descriptors open from now on.
+    pub fn set_capacity(&self, capacity: usize) {
+        let mut closed = Vec::new();
+        let mut inner = self.inner.write().unwrap();
+        inner.capacity = capacity.max(1);
+        inner.trim(&mut closed);
+    }
+
+    /// How many nodes hold an open descriptor.
+    pub fn open_fds(&self) -> usize {
+        self.inner.read().unwrap().open.len()
     }
 
     /// Binds `id` to a (possibly new) host object (no-op for unknown ids).
-    pub fn bind(&self, id: u64, branch: usize, fd: Arc<OwnedFd>, key: Key) {
+    pub fn bind(&self, id: u64, found: Bind) {
+        let mut closed = Vec::new();
         let mut inner = self.inner.write().unwrap();
+        let key = found.key;
+        inner.hold(id, found);
+        inner.touch(id, self.tick());
+        inner.trim(&mut closed);
         let Some(n) = inner.nodes.get_mut(&id) else {
             return;
         };
-        n.bound = Some((branch, fd));
         let old = n.key.replace(key);
         if old != Some(key) {
             if let Some(k) = old {
@@ -432,9 +558,11 @@ impl InodeTable {
 
     /// Forgets what `id` is bound to, after its file was replaced on the host by this daemon.
     pub fn unbind(&self, id: u64) {
-        if let Some(n) = self.inner.write().unwrap().nodes.get_mut(&id) {
+        let mut inner = self.inner.write().unwrap();
+        if let Some(n) = inner.nodes.get_mut(&id) {
             n.bound = None;
         }
+        inner.open.remove(&id);
     }
 
     /// Records `stamp` as `id`'s content stamp and returns the previous one.
@@ -448,7 +576,12 @@ impl InodeTable {
 
     /// Forgets every node but the root (FUSE_DESTROY, device reset): their descriptors close.
     pub fn clear(&self) {
-        *self.inner.write().unwrap() = InodeTable::new().inner.into_inner().unwrap();
+        let mut inner = self.inner.write().unwrap();
+        let capacity = inner.capacity;
+        *inner = InodeTable::with_capacity(capacity)
+            .inner
+            .into_inner()
+            .unwrap();
     }
 
     /// Number of nodes, root included (for tests and leak checks).
@@ -458,6 +591,77 @@ impl InodeTable {
 }
 
 impl Inner {
+    /// See [`InodeTable::lookup`].
+    fn lookup(
+        &mut self,
+        parent: u64,
+        name: &CStr,
+        found: Bind,
+        max_nodes: usize,
+    ) -> io::Result<u64> {
+        if !self.nodes.contains_key(&parent) {
+            return Err(err(libc::EBADF));
+        }
+        let entry = (parent, name.to_owned());
+        if let Some(&id) = self.names.get(&entry) {
+            let n = self.nodes.get_mut(&id).expect("names point at nodes");
+            if n.key == Some(found.key) {
+                n.lookups += 1;
+                // A closed node takes the descriptor the lookup just opened.
+                if n.bound.as_ref().is_none_or(|h| h.fd.is_none()) {
+                    self.hold(id, found);
+                }
+                return Ok(id);
+            }
+            if n.is_dir && found.is_dir {
+                // A union directory is its path, not one host copy: when the policy finds
+                // another copy now (a parent path cloned onto a branch earlier in the list, a
+                // copy-up), it is the same directory, and its children keep their paths.
+                let old = n.key.replace(found.key);
+                n.lookups += 1;
+                if old.is_some_and(|k| self.by_key.get(&k) == Some(&id)) {
+                    self.by_key.remove(&old.expect("checked"));
+                }
+                self.by_key.entry(found.key).or_insert(id);
+                self.hold(id, found);
+                return Ok(id);
+            }
+            // Another object has this name now (it was replaced on the host).
+            self.drop_name(&entry);
+        }
+        if let Some(&id) = self.by_key.get(&found.key) {
+            let is_dir = self.nodes[&id].is_dir;
+            // A directory found inside itself (a followed symlink) must not become its own
+            // ancestor: it gets a node of its own below.
+            if !(is_dir && self.is_ancestor_or_self(id, parent)) {
+                if is_dir {
+                    // A directory has one name: this one (it was moved on the host).
+                    let old: Vec<Entry> = self.nodes[&id].names.clone();
+                    self.nodes.get_mut(&id).expect("present").lookups += 1;
+                    for e in &old {
+                        self.drop_name(e);
+                    }
+                } else {
+                    self.nodes.get_mut(&id).expect("present").lookups += 1;
+                }
+                self.add_name(entry, id);
+                return Ok(id);
+            }
+        }
+        let key = found.key;
+        let id = self.new_node(found, max_nodes)?;
+        self.by_key.entry(key).or_insert(id);
+        self.add_name(entry, id);
+        Ok(id)
+    }
+
+    /// Marks `id` used at `now`.
+    fn touch(&self, id: u64, now: u64) {
+        if let Some(n) = self.nodes.get(&id) {
+            n.used.store(now, Ordering::Relaxed);
+        }
+    }
+
     /// Renames entry `from` of node `id` to `to`, keeping its rank among the node's names.
     fn move_name(&mut self, from: &Entry, to: Entry, id: u64) {
         self.names.remove(from);
@@ -489,6 +693,7 @@ mod tests {
             fd: Arc::new(fd),
             key: (1, key),
             is_dir,
+            handle: None,
         }
     }
 

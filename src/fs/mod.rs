@@ -12,6 +12,7 @@ pub mod idmap;
 mod inode;
 mod lockstate;
 mod movefile;
+mod node;
 mod ops;
 pub mod options;
 pub mod own;
@@ -78,6 +79,14 @@ pub enum Error {
     /// A branch root is not a directory.
     #[error("branch {0} is not a directory")]
     NotADirectory(PathBuf),
+    /// `--inode-file-handles=mandatory`, and a branch's nodes cannot use file handles.
+    #[error("--inode-file-handles=mandatory: branch {path} cannot use file handles: {source}")]
+    FileHandles {
+        /// The branch path.
+        path: PathBuf,
+        /// Why (EOPNOTSUPP: its filesystem makes none; EPERM: no CAP_DAC_READ_SEARCH).
+        source: io::Error,
+    },
 }
 
 /// The union filesystem served to the guest.
@@ -140,6 +149,9 @@ impl UnionFs {
 /// the limit when that is more.
 const FD_RESERVE: u64 = 256;
 
+/// The most nodes the guest may hold (each costs a few hundred bytes; about 1 GiB).
+const NODE_LIMIT: usize = 1 << 22;
+
 /// Listing entries all open directory handles may hold together (a few hundred MiB at most):
 /// past it a directory read answers ENOMEM until other handles are released.
 const MAX_LISTED_ENTRIES: usize = 4 << 20;
@@ -165,7 +177,17 @@ impl UnionFs {
             if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
                 return Err(Error::NotADirectory(b.path.clone()));
             }
-            roots.push(Root { fd, dev: st.st_dev });
+            if cfg.opts.file_handles == options::FileHandles::Mandatory {
+                node::probe_handles(fd.as_fd()).map_err(|source| Error::FileHandles {
+                    path: b.path.clone(),
+                    source,
+                })?;
+            }
+            roots.push(Root {
+                fd,
+                dev: st.st_dev,
+                handle_mount: Default::default(),
+            });
         }
         let resolve = match cfg.opts.follow_symlinks {
             options::FollowSymlinks::Directory | options::FollowSymlinks::All => {
@@ -181,11 +203,12 @@ impl UnionFs {
                 min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
             })
             .collect();
+        let inodes = InodeTable::with_capacity(cfg.opts.node_fds);
         Ok(UnionFs {
             branches: Branches::new(roots, infos),
             cfg,
             resolve,
-            inodes: InodeTable::new(),
+            inodes,
             handles: HandleTable::default(),
             locks: Default::default(),
             moves: Default::default(),
@@ -226,6 +249,12 @@ impl UnionFs {
         self.inodes.len()
     }
 
+    /// Number of nodes that hold an open descriptor (at most about `node-fds`, plus nodes
+    /// without a name).
+    pub fn node_fd_count(&self) -> usize {
+        self.inodes.open_fds()
+    }
+
     /// Number of open file and directory handles.
     pub fn handle_count(&self) -> usize {
         self.handles.len()
@@ -236,23 +265,38 @@ impl UnionFs {
         self.listings.held()
     }
 
-    /// The most nodes plus handles the guest may hold (each keeps a descriptor open), as
-    /// virtiofsd bounds them since CVE-2020-10717: past it the guest gets ENFILE/EMFILE, and
-    /// the daemon keeps the descriptors it needs to serve.
+    /// The most descriptors the guest may make the daemon hold (open files and directories,
+    /// lock descriptions, node descriptors), as virtiofsd bounds them since CVE-2020-10717:
+    /// past it the guest gets ENFILE/EMFILE, and the daemon keeps the descriptors it needs to
+    /// serve. Fixed at the first request; it also sizes the node table's open descriptors (a
+    /// quarter of it, at most `node-fds`).
     pub fn fd_budget(&self) -> usize {
         *self.fd_budget.get_or_init(|| {
             let limit = crate::sys::limits::nofile();
             let reserve = FD_RESERVE.max(limit / 10);
-            usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX)
+            let budget = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
+            self.inodes
+                .set_capacity((budget / 4).clamp(1, self.cfg.opts.node_fds));
+            budget
         })
     }
 
-    /// How many new nodes the guest may still be given.
-    pub(crate) fn node_room(&self) -> usize {
-        self.fd_budget().saturating_sub(self.handles.len())
+    /// Descriptors the guest makes the daemon hold now, with `lock_fds` lock descriptions.
+    fn fds_held(&self, lock_fds: usize) -> usize {
+        self.handles.len() + self.inodes.open_fds() + lock_fds
     }
 
-    /// EMFILE when the guest holds as many nodes and handles as the budget allows.
+    /// How many nodes the guest may hold (the node table's `max_nodes`): nodes cost memory,
+    /// not descriptors (the table closes the least recently used), up to [`NODE_LIMIT`]; none
+    /// more once the descriptor budget is spent (nodes without a name keep theirs).
+    pub(crate) fn node_room(&self) -> usize {
+        if self.fds_held(self.locks.len()) >= self.fd_budget() {
+            return self.inodes.len();
+        }
+        NODE_LIMIT
+    }
+
+    /// EMFILE when the guest holds as many descriptors as the budget allows.
     pub(crate) fn check_handle_room(&self) -> io::Result<()> {
         self.check_room(self.locks.len())
     }
@@ -260,7 +304,7 @@ impl UnionFs {
     /// EMFILE when the nodes, handles and `lock_fds` lock descriptions fill the budget (the
     /// lock table calls this under its own lock).
     pub(crate) fn check_room(&self, lock_fds: usize) -> io::Result<()> {
-        if self.handles.len() + self.inodes.len() + lock_fds >= self.fd_budget() {
+        if self.fds_held(lock_fds) >= self.fd_budget() {
             return Err(errno(libc::EMFILE));
         }
         Ok(())
@@ -287,6 +331,9 @@ impl FileSystem for UnionFs {
         // DESTROY or a device reset (a hard reboot, a crash, kexec). Its kernel forgot
         // everything, so the old session ends here as a DESTROY would end it.
         self.destroy();
+        // Whether each branch's nodes use file handles, worked out (and logged) now, in the
+        // serving process.
+        self.probe_branches();
         let killpriv = if self.cfg.opts.killpriv_v2 {
             FsOptions::HANDLE_KILLPRIV_V2
         } else {

@@ -255,6 +255,18 @@ pub enum FollowSymlinks {
     All,
 }
 
+/// How nodes hold their host objects (`--inode-file-handles`, virtiofsd's option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileHandles {
+    /// Descriptors only: a node the table closed is reopened by its path.
+    Never,
+    /// File handles where the branch's filesystem makes them and the daemon may open them
+    /// (CAP_DAC_READ_SEARCH in the initial user namespace); descriptors elsewhere.
+    Prefer,
+    /// File handles on every branch: the daemon refuses to start where it cannot.
+    Mandatory,
+}
+
 /// All behaviour settings of the union.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnionOptions {
@@ -318,6 +330,11 @@ pub struct UnionOptions {
     /// How long a flock wait blocked only by locks held outside this daemon's guest (host
     /// processes, another guest) lasts before it answers ENOLCK (zero: no bound).
     pub lock_wait_external: Duration,
+    /// How nodes hold their host objects.
+    pub file_handles: FileHandles,
+    /// How many node descriptors stay open (at most a quarter of the descriptor budget);
+    /// those of the least recently used nodes beyond it are closed.
+    pub node_fds: usize,
     /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
     pub readdirplus: bool,
     /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
@@ -356,6 +373,8 @@ impl Default for UnionOptions {
             symlinkify_timeout: Duration::from_secs(3600),
             killpriv_v2: true,
             host_locks: true,
+            file_handles: FileHandles::Prefer,
+            node_fds: 512,
             lock_timeout: Duration::from_secs(10),
             lock_wait_external: Duration::from_secs(60),
             readdirplus: true,

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
-use super::inode::Bind;
 use super::{errno, UnionFs};
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
@@ -237,17 +236,25 @@ impl UnionFs {
     pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
         let policies = &self.cfg.opts.policies;
         let own_policy = policies.get(func) != policies.get(Func::Getattr);
-        if let Some((branch, fd)) = self.inodes.bound(inode) {
-            if !own_policy || !self.inodes.linked(inode) {
-                let st = beneath::stat_fd(fd.as_fd())?;
-                return Ok(Found { branch, fd, st });
+        if !own_policy || !self.inodes.linked(inode) {
+            match self.node_fd(inode) {
+                Ok(Some((branch, fd))) => {
+                    let st = beneath::stat_fd(fd.as_fd())?;
+                    return Ok(Found { branch, fd, st });
+                }
+                Ok(None) => {}
+                // A union directory is its path: when the copy its node was bound to is gone,
+                // the policy finds the directory again. Anything else answers ESTALE.
+                Err(e) if self.inodes.is_dir(inode) && self.inodes.linked(inode) => {
+                    log::debug!("node {inode}: {e}, found again by its path");
+                }
+                Err(e) => return Err(e),
             }
         }
         let rel = self.inodes.path(inode)?;
         let f = self.search(func, &rel)?;
         if !own_policy {
-            self.inodes
-                .bind(inode, f.branch, f.fd.clone(), (f.st.st_dev, f.st.st_ino));
+            self.inodes.bind(inode, self.bind_of(&f));
         }
         Ok(f)
     }
@@ -541,17 +548,9 @@ impl UnionFs {
         f: &Found,
     ) -> io::Result<Entry> {
         let st = self.shown(f, rel);
-        let inode = self.inodes.lookup(
-            parent,
-            name,
-            Bind {
-                branch: f.branch,
-                fd: f.fd.clone(),
-                key: (f.st.st_dev, f.st.st_ino),
-                is_dir: f.st.st_mode & libc::S_IFMT == libc::S_IFDIR,
-            },
-            self.node_room(),
-        )?;
+        let inode = self
+            .inodes
+            .lookup(parent, name, self.bind_of(f), self.node_room())?;
         Ok(Entry {
             inode,
             generation: 0,

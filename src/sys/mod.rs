@@ -8,6 +8,7 @@ pub mod creds;
 pub mod fd;
 pub mod file;
 pub mod files;
+pub mod handle;
 pub mod limits;
 pub mod lock;
 pub mod sandbox;

@@ -145,15 +145,21 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getgid,
 ];
 
-/// Installs the filter on the calling thread (threads started later inherit it).
-pub fn install(mismatch: Mismatch) -> io::Result<()> {
+/// The calls of nodes that use file handles, allowed only then.
+const FILE_HANDLES: &[libc::c_long] = &[libc::SYS_name_to_handle_at, libc::SYS_open_by_handle_at];
+
+/// Installs the filter on the calling thread (threads started later inherit it), with the
+/// file-handle calls when `file_handles`.
+pub fn install(mismatch: Mismatch, file_handles: bool) -> io::Result<()> {
     let action = match mismatch {
         Mismatch::Kill => SeccompAction::KillProcess,
         Mismatch::Log => SeccompAction::Log,
         Mismatch::Trap => SeccompAction::Trap,
     };
+    let extra = if file_handles { FILE_HANDLES } else { &[] };
     let rules = ALLOWED
         .iter()
+        .chain(extra)
         .map(|&n| (n, Vec::new()))
         .collect::<BTreeMap<_, _>>();
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(io::Error::other)?;

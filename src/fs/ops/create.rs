@@ -214,6 +214,8 @@ pub fn tmpfile(
             fd: std::sync::Arc::new(node_fd),
             key: (st.st_dev, st.st_ino),
             is_dir: false,
+            // Never closed while unnamed; a LINK names it (and binds it anew).
+            handle: None,
         },
         fs.node_room(),
     )?;

@@ -162,7 +162,7 @@ fn link_unnamed(
     newparent: u64,
     newname: &CStr,
 ) -> io::Result<Entry> {
-    let (branch, fd) = fs.inodes.bound(inode).ok_or_else(|| errno(libc::ENOENT))?;
+    let (branch, fd) = fs.node_fd(inode)?.ok_or_else(|| errno(libc::ENOENT))?;
     let new_rel = fs.inodes.child_path(newparent, newname)?;
     if fs.exists_anywhere(&new_rel) {
         return Err(errno(libc::EEXIST));

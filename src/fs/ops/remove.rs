@@ -31,6 +31,7 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     if dir {
         fs.check_union_empty(&rel, 2)?;
     }
+    let kept = fs.keep_open(parent, name);
     let mut fold = ErrnoFold::new();
     let func = if dir { Func::Rmdir } else { Func::Unlink };
     for f in fs.action(func, &rel)? {
@@ -45,6 +46,7 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     if fold.result().is_ok() {
         fs.inodes.unlink(parent, name);
     }
+    fs.kept_open(kept);
     fold.result_all()?;
     Ok(())
 }
@@ -92,8 +94,10 @@ fn cow_remove(
             Ok(rustix::fs::unlinkat(&d, name, flags)?)
         })?;
     }
+    let kept = fs.keep_open(parent, name);
     fs.whiteout_if_lower(rel)?;
     fs.inodes.unlink(parent, name);
+    fs.kept_open(kept);
     Ok(())
 }
 

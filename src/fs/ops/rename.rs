@@ -73,8 +73,27 @@ pub fn rename(
             fs.check_union_empty_target(&n.new_rel, &n.old_rel)?;
         }
     }
+    // The node at the target (and, should the rename go half-way, at the source) may lose
+    // its last name.
+    let kept = [fs.keep_open(newdir, newname), fs.keep_open(olddir, oldname)];
+    let r = rename_names(fs, &n, flags, (olddir, oldname), (newdir, newname));
+    for k in kept {
+        fs.kept_open(k);
+    }
+    r
+}
+
+/// The renames of [`rename`] on the branches, and the node table brought in step.
+fn rename_names(
+    fs: &UnionFs,
+    n: &Names<'_>,
+    flags: RenameFlags,
+    (olddir, oldname): (u64, &CStr),
+    (newdir, newname): (u64, &CStr),
+) -> io::Result<()> {
+    let ctx = n.ctx;
     if !flags.is_empty() {
-        rename_flagged(fs, &n, flags)?;
+        rename_flagged(fs, n, flags)?;
         if !flags.contains(RenameFlags::EXCHANGE) {
             fs.whiteout_if_lower(&n.old_rel)?;
         }
@@ -87,9 +106,9 @@ pub fn rename(
     }
     let mut moved = false;
     let done = if fs.cfg.opts.policies.get(Func::Create).path_preserving() {
-        preserve_path(fs, &n)
+        preserve_path(fs, n)
     } else {
-        create_path(fs, &n, &mut moved)
+        create_path(fs, n, &mut moved)
     };
     match done {
         Err(e) if moved && e.raw_os_error() != Some(libc::EXDEV) => {
@@ -101,7 +120,7 @@ pub fn rename(
             return Err(e);
         }
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            exdev(fs, ctx, &n, newdir)?;
+            exdev(fs, ctx, n, newdir)?;
             // The guest now sees a symlink at the new name; let it look both names up afresh.
             fs.inodes.unlink(olddir, oldname);
             fs.inodes.unlink(newdir, newname);

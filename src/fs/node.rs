@@ -1,0 +1,167 @@
+//! A node's host object, however the node table holds it: [`UnionFs::node_fd`] gives the
+//! descriptor an operation needs, reopening a node the table closed (by its file handle, or by
+//! its path on its branch) and checking that it is still the same object (ESTALE, never
+//! another file). [`UnionFs::bind_of`] makes what a lookup binds a node to, with a file handle
+//! where `--inode-file-handles` asks for one and the filesystem makes one.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use rustix::fs::OFlags;
+
+use super::branches::HandleMount;
+use super::inode::{Bind, Bound, Key};
+use super::resolve::Found;
+use super::{errno, UnionFs};
+use crate::fs::options::FileHandles;
+use crate::sys::beneath;
+use crate::sys::handle::{self, FileHandle};
+
+impl UnionFs {
+    /// What a lookup that found `f` binds its node to.
+    pub(crate) fn bind_of(&self, f: &Found) -> Bind {
+        Bind {
+            branch: f.branch,
+            fd: f.fd.clone(),
+            key: (f.st.st_dev, f.st.st_ino),
+            is_dir: f.st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+            handle: self.handle_of(f.branch, f.fd.as_fd()),
+        }
+    }
+
+    /// The file handle of `fd` on `branch`, when nodes use handles there and the object is on
+    /// the branch root's own filesystem (a handle only means something with its mount).
+    fn handle_of(&self, branch: usize, fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<FileHandle>> {
+        let mount = self.handle_mount(branch)?;
+        match handle::name_to_handle(fd) {
+            Ok((h, m)) if m == mount.id => Some(Arc::new(h)),
+            _ => None,
+        }
+    }
+
+    /// The mount id of `branch`'s root when its nodes use file handles: worked out once per
+    /// branch, in the serving process (after the sandbox, whose mounts have ids of their
+    /// own, and which may have taken the capability to open handles).
+    fn handle_mount(&self, branch: usize) -> Option<&HandleMount> {
+        if self.cfg.opts.file_handles == FileHandles::Never {
+            return None;
+        }
+        self.branches
+            .handle_mount(branch, |root| match probe_handles(root) {
+                Ok(m) => {
+                    log::info!("branch {branch}: nodes use file handles");
+                    Some(m)
+                }
+                Err(e) => {
+                    let level = if self.cfg.opts.file_handles == FileHandles::Mandatory {
+                        log::Level::Error
+                    } else {
+                        log::Level::Warn
+                    };
+                    log::log!(
+                        level,
+                        "branch {branch}: no file handles ({e}): its nodes are reopened by path"
+                    );
+                    None
+                }
+            })
+    }
+
+    /// Works out (and logs) whether each branch's nodes use file handles.
+    pub(crate) fn probe_branches(&self) {
+        for b in self.branches.indices() {
+            self.handle_mount(b);
+        }
+    }
+
+    /// The branch and descriptor of node `inode`'s object, reopened if the table closed it;
+    /// None for a node bound to nothing (the root). ESTALE when the object is gone or its
+    /// path now leads to another one.
+    pub(crate) fn node_fd(&self, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
+        let (branch, handle, key) = match self.inodes.bound(inode) {
+            None => return Ok(None),
+            Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd))),
+            Some(Bound::Closed {
+                branch,
+                handle,
+                key,
+            }) => (branch, handle, key),
+        };
+        let mount = handle
+            .as_ref()
+            .and_then(|h| Some((h, self.handle_mount(branch)?)));
+        let fd = match mount {
+            Some((h, mount)) => handle::open_by_handle(mount.fd.as_fd(), h, OFlags::PATH)
+                .map_err(|e| stale(&e).unwrap_or(e))?,
+            None => {
+                let rel = self.inodes.path(inode).map_err(|_| errno(libc::ESTALE))?;
+                self.open_on(branch, &rel)
+                    .map_err(|e| stale(&e).unwrap_or(e))?
+            }
+        };
+        check_key(&fd, key)?;
+        Ok(Some((
+            branch,
+            self.inodes.reopened(inode, key, Arc::new(fd)),
+        )))
+    }
+}
+
+/// Whether nodes under `root` can use file handles: a handle of the root is made and opened
+/// again. Where to open them, or why not (EOPNOTSUPP: the filesystem makes none; EPERM: no
+/// CAP_DAC_READ_SEARCH in the initial user namespace).
+pub(crate) fn probe_handles(root: std::os::fd::BorrowedFd<'_>) -> io::Result<HandleMount> {
+    let (h, id) = handle::name_to_handle(root)?;
+    let fd = rustix::fs::openat(
+        root,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    handle::open_by_handle(fd.as_fd(), &h, OFlags::PATH)?;
+    Ok(HandleMount { fd, id })
+}
+
+/// A node's descriptor kept across a change that may take its last name (see
+/// [`UnionFs::keep_open`]).
+pub(crate) struct Kept(Option<(u64, Key, Arc<OwnedFd>)>);
+
+impl UnionFs {
+    /// Before a change that may take the last name of the node at `parent/name` (unlink,
+    /// rename over it): the node gets its descriptor back, so that it stays usable after
+    /// (an open-unlinked file), when neither its path nor, on some filesystems, its handle
+    /// can find its object. Hand the result to [`UnionFs::kept_open`] after the change.
+    pub(crate) fn keep_open(&self, parent: u64, name: &std::ffi::CStr) -> Kept {
+        let Some((id, key)) = self.inodes.child(parent, name) else {
+            return Kept(None);
+        };
+        Kept(self.node_fd(id).ok().flatten().map(|(_, fd)| (id, key, fd)))
+    }
+
+    /// After the change: the node holds the descriptor kept for it (the table may have
+    /// closed it meanwhile, while the node still had its name).
+    pub(crate) fn kept_open(&self, kept: Kept) {
+        if let Kept(Some((id, key, fd))) = kept {
+            self.inodes.reopened(id, key, fd);
+        }
+    }
+}
+
+/// ESTALE for an error that means the object is not where the node left it.
+fn stale(e: &io::Error) -> Option<io::Error> {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ELOOP | libc::EXDEV)
+    )
+    .then(|| errno(libc::ESTALE))
+}
+
+/// ESTALE unless `fd` is the object `key`.
+fn check_key(fd: &OwnedFd, key: Key) -> io::Result<()> {
+    let st = beneath::stat_fd(fd.as_fd())?;
+    if (st.st_dev, st.st_ino) != key {
+        return Err(errno(libc::ESTALE));
+    }
+    Ok(())
+}
