@@ -308,21 +308,35 @@ fn an_unprivileged_daemon_maps_ids_in_its_user_namespace() {
     std::fs::create_dir(&run).unwrap();
     std::os::unix::fs::chown(&run, Some(uid), Some(gid)).unwrap();
     let sock = run.join("s");
-    let mut child = std::process::Command::new("setpriv")
-        .args(["--reuid=uvfs-test", "--regid=uvfs-test", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_union-virtiofsd"))
-        .arg("--socket-path")
-        .arg(&sock)
-        .arg("--shared-dir")
-        .arg(&branch)
-        .arg(format!("--uid-map=:0:{uid}:1:"))
-        .arg(format!("--uid-map=:1:{sub_u}:65536:"))
-        .arg(format!("--gid-map=:0:{gid}:1:"))
-        .arg(format!("--gid-map=:1:{sub_g}:65536:"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let log = work.path().join("log");
+    let unprivileged = |handles: &str| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=uvfs-test", "--regid=uvfs-test", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_union-virtiofsd"))
+            .arg("--socket-path")
+            .arg(&sock)
+            .arg("--shared-dir")
+            .arg(&branch)
+            .arg(format!("--uid-map=:0:{uid}:1:"))
+            .arg(format!("--uid-map=:1:{sub_u}:65536:"))
+            .arg(format!("--gid-map=:0:{gid}:1:"))
+            .arg(format!("--gid-map=:1:{sub_g}:65536:"))
+            .arg(format!("--inode-file-handles={handles}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        cmd
+    };
+    // The kernel opens file handles only with CAP_DAC_READ_SEARCH in the initial user
+    // namespace: mandatory refuses to start, in one line; prefer falls back and says so.
+    let st = unprivileged("mandatory").status().unwrap();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(st.code(), Some(2), "{said}");
+    assert!(
+        said.contains("--inode-file-handles=mandatory: branch")
+            && said.contains("cannot use file handles: Operation not permitted"),
+        "{said}"
+    );
+    let mut child = unprivileged("prefer").spawn().unwrap();
     wait_socket(&sock);
     let inner = sandboxed_child(child.id());
     let map = std::fs::read_to_string(format!("/proc/{inner}/uid_map")).unwrap();
@@ -355,6 +369,12 @@ fn an_unprivileged_daemon_maps_ids_in_its_user_namespace() {
     drop(dev);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
     assert!(!sock.exists(), "socket removed");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("branch 0: no file handles (Operation not permitted")
+            && said.contains("its nodes are reopened by path"),
+        "{said}"
+    );
     let owner = |n: &str| {
         let m = std::fs::metadata(branch.join(n)).unwrap();
         (m.uid(), m.gid())
