@@ -203,8 +203,7 @@ fn setlkw_waits_for_the_holder_and_flush_releases_an_owners_locks() {
     }
     // Owner 1 closes a descriptor of the file (FLUSH): its locks go, and owner 2 gets the lock.
     answer(dev.send(&ops::flush(node, fh, 1))).unwrap();
-    let c = dev.wait(t, WAIT).unwrap().into_reply();
-    assert_eq!(c.header().unwrap().error, 0);
+    assert_eq!(waited(&mut dev, t), 0);
     // Owner 1 now conflicts with owner 2.
     assert_eq!(
         setlk(&mut dev, node, fh, 1, ops::file_lock(0, 0, libc::F_RDLCK)),
@@ -269,6 +268,28 @@ fn release_drops_flock_and_a_waiting_setlkw_does_not_keep_the_daemon_alive() {
     assert!(st.success(), "{st}\n{}", d.log());
 }
 
+/// The error of the reply to `t` (0 for success), once it comes.
+fn waited(dev: &mut Device, t: vufs_frontend::Ticket) -> i32 {
+    dev.wait(t, WAIT)
+        .unwrap()
+        .into_reply()
+        .header()
+        .unwrap()
+        .error
+}
+
+/// Releases every POSIX lock of `owner` on `node`.
+fn unlock_all(dev: &mut Device, node: u64, fh: u64, owner: u64) {
+    setlk(
+        dev,
+        node,
+        fh,
+        owner,
+        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
+    )
+    .unwrap();
+}
+
 /// Queues a SETLKW of `lk` for `owner` through `fh` (POSIX) and kicks it: its ticket.
 fn setlkw(dev: &mut Device, node: u64, fh: u64, owner: u64, lk: FileLock) -> vufs_frontend::Ticket {
     let t = dev
@@ -301,16 +322,8 @@ fn a_wait_that_would_close_a_cycle_answers_edeadlk() {
     } else {
         (2, t1)
     };
-    setlk(
-        &mut dev,
-        node,
-        fh,
-        refused,
-        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
-    )
-    .unwrap();
-    let c = dev.wait(other, WAIT).unwrap().into_reply();
-    assert_eq!(c.header().unwrap().error, 0);
+    unlock_all(&mut dev, node, fh, refused);
+    assert_eq!(waited(&mut dev, other), 0);
 }
 
 #[test]
@@ -327,16 +340,8 @@ fn the_waiting_owners_close_ends_its_wait_and_leaves_no_lock() {
     // Owner 2 closes a descriptor of the file (FLUSH) while it waits: after that close it
     // must hold nothing, so the wait may not be granted later.
     answer(dev.send(&ops::flush(node, fh2, 2))).unwrap();
-    let c = dev.wait(t, WAIT).unwrap().into_reply();
-    assert_eq!(c.header().unwrap().error, -libc::EBADF);
-    setlk(
-        &mut dev,
-        node,
-        fh,
-        1,
-        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
-    )
-    .unwrap();
+    assert_eq!(waited(&mut dev, t), -libc::EBADF);
+    unlock_all(&mut dev, node, fh, 1);
     let left = hostlocks::locks_on_file(&d.branches[0].join("f"));
     assert!(left.is_empty(), "{left:?}");
 }
@@ -357,35 +362,12 @@ fn waits_end_after_their_bounds() {
     // stress-ng's lockf parent does): EDEADLK after lock-timeout.
     setlk(&mut dev, node, fh, 1, all()).unwrap();
     let t = setlkw(&mut dev, node, fh, 2, all());
-    assert_eq!(
-        dev.wait(t, WAIT)
-            .unwrap()
-            .into_reply()
-            .header()
-            .unwrap()
-            .error,
-        -libc::EDEADLK
-    );
-    setlk(
-        &mut dev,
-        node,
-        fh,
-        1,
-        ops::file_lock(0, u64::MAX, libc::F_UNLCK),
-    )
-    .unwrap();
+    assert_eq!(waited(&mut dev, t), -libc::EDEADLK);
+    unlock_all(&mut dev, node, fh, 1);
     // A host process's POSIX lock: the same.
     host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
     let t = setlkw(&mut dev, node, fh, 2, all());
-    assert_eq!(
-        dev.wait(t, WAIT)
-            .unwrap()
-            .into_reply()
-            .header()
-            .unwrap()
-            .error,
-        -libc::EDEADLK
-    );
+    assert_eq!(waited(&mut dev, t), -libc::EDEADLK);
     // A host process's flock: ENOLCK after lock-wait-external.
     // SAFETY: flock on a valid descriptor.
     let held = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -393,26 +375,10 @@ fn waits_end_after_their_bounds() {
     let req = ops::setlk(node, fh, fh, all(), true, true);
     let t = dev.queue_request(REQUEST_QUEUE, &req).unwrap();
     dev.kick(REQUEST_QUEUE).unwrap();
-    assert_eq!(
-        dev.wait(t, WAIT)
-            .unwrap()
-            .into_reply()
-            .header()
-            .unwrap()
-            .error,
-        -libc::ENOLCK
-    );
+    assert_eq!(waited(&mut dev, t), -libc::ENOLCK);
     // Once the host lets go, both are granted.
     drop(file);
     flock(&mut dev, node, fh, libc::F_WRLCK).unwrap();
     let t = setlkw(&mut dev, node, fh, 2, all());
-    assert_eq!(
-        dev.wait(t, WAIT)
-            .unwrap()
-            .into_reply()
-            .header()
-            .unwrap()
-            .error,
-        0
-    );
+    assert_eq!(waited(&mut dev, t), 0);
 }

@@ -7,9 +7,10 @@
 //! closes those of the least recently used nodes beyond it, which are then reopened by their
 //! file handle (when the daemon uses handles) or by their path, checked against their device
 //! and inode number (see [`Bound`]). A node with no name left (an open-unlinked file) is never
-//! closed: nothing could find its object again, so it stays usable until the guest forgets it. Union operations that need a path on other branches use the node's names,
-//! kept as a tree of (parent, name) entries that rename and unlink update. A rename can never
-//! make a directory its own ancestor, so every path walk ends at the root. A node is freed when
+//! closed: nothing could find its object again, so it stays usable until the guest forgets it.
+//! Union operations that need a path on other branches use the node's names, kept as a tree
+//! of (parent, name) entries that rename and unlink update. A rename can never make a
+//! directory its own ancestor, so every path walk ends at the root. A node is freed when
 //! its lookup count reaches zero and no entry names it as parent, so memory follows what the
 //! guest holds. This module does no I/O.
 
@@ -695,6 +696,66 @@ mod tests {
             is_dir,
             handle: None,
         }
+    }
+
+    fn is_open(t: &InodeTable, id: u64) -> bool {
+        matches!(t.bound(id), Some(Bound::Open(..)))
+    }
+
+    #[test]
+    fn the_least_recently_used_descriptors_close_and_unnamed_nodes_keep_theirs() {
+        let t = InodeTable::with_capacity(8);
+        let ids: Vec<u64> = (0..8)
+            .map(|i| {
+                let name = CString::new(format!("f{i}")).unwrap();
+                t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(t.open_fds(), 8);
+        // f1 loses its last name: it may not be closed.
+        t.unlink(ROOT_ID, c"f1");
+        let more: Vec<u64> = (8..20)
+            .map(|i| {
+                let name = CString::new(format!("f{i}")).unwrap();
+                t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
+                    .unwrap()
+            })
+            .collect();
+        assert!(t.open_fds() <= 8, "{}", t.open_fds());
+        assert!(is_open(&t, ids[1]), "unnamed: never closed");
+        assert!(is_open(&t, *more.last().unwrap()), "the newest stays");
+        assert!(!is_open(&t, ids[2]), "an old one is closed");
+        let Some(Bound::Closed { key, handle, .. }) = t.bound(ids[2]) else {
+            panic!("closed");
+        };
+        assert_eq!((key, handle), ((1, 102), None));
+        // Reopened: it holds the descriptor given, for its own object only.
+        let fd = Arc::new(
+            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap(),
+        );
+        assert!(Arc::ptr_eq(&t.reopened(ids[2], (1, 102), fd.clone()), &fd));
+        assert!(is_open(&t, ids[2]));
+        let other = Arc::new(
+            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap(),
+        );
+        assert!(!Arc::ptr_eq(
+            &t.reopened(ids[3], (1, 999), other.clone()),
+            &fd
+        ));
+        assert!(
+            !is_open(&t, ids[3]),
+            "another object's descriptor is not taken"
+        );
+        // A lookup of a closed node gives it the descriptor the lookup opened.
+        t.lookup(ROOT_ID, c"f4", bind(104, false), usize::MAX)
+            .unwrap();
+        assert!(is_open(&t, ids[4]));
+        // Forgotten nodes take their descriptors along.
+        for id in ids.iter().chain(&more) {
+            t.forget(*id, 2);
+        }
+        assert_eq!((t.len(), t.open_fds()), (1, 0));
     }
 
     #[test]
