@@ -23,13 +23,15 @@ struct Opts {
     rand_ops: usize,
     entries: usize,
     queue_size: u16,
+    /// Workload keys to run (`--only lookup,lookup-missing`); empty: all.
+    only: Vec<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: vufs-bench --dir DIR --backend NAME=CMD [--backend NAME=CMD ...]\n\
          \x20      [--depth 16] [--file-size-mib 64] [--rand-ops 20000] [--entries 10000]\n\
-         \x20      [--queue-size 1024]\n\
+         \x20      [--queue-size 1024] [--only KEY,KEY (e.g. lookup,lookup-missing)]\n\
          CMD is split on spaces; {{socket}} and {{dir}} are substituted."
     );
     std::process::exit(2)
@@ -44,6 +46,7 @@ fn parse_opts() -> Opts {
         rand_ops: 20_000,
         entries: 10_000,
         queue_size: 1024,
+        only: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -61,6 +64,7 @@ fn parse_opts() -> Opts {
             "--rand-ops" => o.rand_ops = num(val()) as usize,
             "--entries" => o.entries = num(val()) as usize,
             "--queue-size" => o.queue_size = num(val()) as u16,
+            "--only" => o.only = val().split(',').map(str::to_owned).collect(),
             _ => usage(),
         }
     }
@@ -79,6 +83,7 @@ enum Wl {
     RandRead,
     Create,
     Lookup,
+    LookupMissing,
     Getattr,
     Readdir,
     Unlink,
@@ -100,10 +105,16 @@ impl Wl {
             Wl::RandRead => "rand read 4K".into(),
             Wl::Create => "create".into(),
             Wl::Lookup => "lookup".into(),
+            Wl::LookupMissing => "lookup (missing)".into(),
             Wl::Getattr => "getattr".into(),
             Wl::Readdir => "readdir (entries)".into(),
             Wl::Unlink => "unlink".into(),
         }
+    }
+
+    /// The label as one word, for `--only`.
+    fn key(self) -> String {
+        self.label().replace(' ', "-").replace(['(', ')'], "")
     }
 
     fn is_bytes(self) -> bool {
@@ -168,6 +179,7 @@ fn workloads(max_ios: &[u32]) -> Vec<Wl> {
         Wl::RandRead,
         Wl::Create,
         Wl::Lookup,
+        Wl::LookupMissing,
         Wl::Getattr,
         Wl::Readdir,
         Wl::Unlink,
@@ -175,8 +187,24 @@ fn workloads(max_ios: &[u32]) -> Vec<Wl> {
     w
 }
 
+/// `all` restricted to the workloads `--only` names (and the creates their lookups need).
+fn selected(all: Vec<Wl>, only: &[String]) -> Vec<Wl> {
+    if only.is_empty() {
+        return all;
+    }
+    let wanted = |w: Wl| {
+        only.contains(&w.key()) || (w == Wl::Create && only.iter().any(|k| k.starts_with("lookup")))
+    };
+    all.into_iter().filter(|&w| wanted(w)).collect()
+}
+
 fn name(i: usize) -> Vec<u8> {
     format!("f{i:06}").into_bytes()
+}
+
+/// A name no workload creates.
+fn missing(i: usize) -> Vec<u8> {
+    format!("m{i:06}").into_bytes()
 }
 
 /// Native (host syscalls, one at a time) run of every workload in `dir`.
@@ -231,7 +259,7 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
                     }
                     Ok((o.rand_ops as u64, o.rand_ops as u64 * 4096))
                 }
-                Wl::Create | Wl::Lookup | Wl::Getattr | Wl::Unlink => {
+                Wl::Create | Wl::Lookup | Wl::LookupMissing | Wl::Getattr | Wl::Unlink => {
                     for i in 0..o.entries {
                         let p = dir
                             .join("meta")
@@ -239,6 +267,13 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
                         match w {
                             Wl::Create => drop(File::create(&p).map_err(io)?),
                             Wl::Unlink => fs::remove_file(&p).map_err(io)?,
+                            Wl::LookupMissing => {
+                                let p =
+                                    p.with_file_name(String::from_utf8_lossy(&missing(i)).as_ref());
+                                if fs::symlink_metadata(&p).is_ok() {
+                                    return Err(Error::Process(format!("{} exists", p.display())));
+                                }
+                            }
                             _ => {
                                 fs::symlink_metadata(&p).map_err(io)?;
                             }
@@ -294,7 +329,7 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
     };
     let mut dev = Device::connect(be.socket(), &copts)?;
     let init = dev.init(ops::DEFAULT_INIT_FLAGS)?;
-    let wls = workloads(&[init.max_write]);
+    let wls = selected(workloads(&[init.max_write]), &o.only);
     let bench = dev.mkdir(ops::ROOT_ID, b"fuse", 0o755)?.nodeid;
     let meta = dev.mkdir(bench, b"meta", 0o755)?.nodeid;
     let data: Arc<[u8]> = Arc::from(vec![0xA5u8; init.max_write as usize]);
@@ -358,6 +393,16 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
                         .map(|i| ops::lookup(meta, &name(i)))
                         .collect();
                     pipeline(&mut dev, reqs, d, false)?;
+                    Ok((o.entries as u64, 0))
+                }
+                Wl::LookupMissing => {
+                    let reqs: Vec<_> = (0..o.entries)
+                        .map(|i| ops::lookup(meta, &missing(i)))
+                        .collect();
+                    dev.submit_many(reqs, d, |_, r| match r.errno() {
+                        Some(libc::ENOENT) => Ok(()),
+                        e => Err(Error::BadReply(format!("lookup of a missing name: {e:?}"))),
+                    })?;
                     Ok((o.entries as u64, 0))
                 }
                 Wl::Getattr => {
@@ -460,7 +505,7 @@ fn run() -> Result<()> {
         eprintln!("{name}: done (max_write {max_io})");
         cols.push((name.clone(), res, rss));
     }
-    let wls = workloads(&max_ios);
+    let wls = selected(workloads(&max_ios), &o.only);
     let native_dir = o.dir.join("native");
     let native = run_native(&o, &native_dir, &wls)?;
     let _ = fs::remove_dir_all(&native_dir);
