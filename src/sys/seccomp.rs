@@ -148,6 +148,12 @@ const ALLOWED: &[libc::c_long] = &[
 /// The calls of nodes that use file handles, allowed only then.
 const FILE_HANDLES: &[libc::c_long] = &[libc::SYS_name_to_handle_at, libc::SYS_open_by_handle_at];
 
+/// The system calls allowed: [`ALLOWED`], and the file-handle calls when `file_handles`.
+fn allowlist(file_handles: bool) -> Vec<libc::c_long> {
+    let extra = if file_handles { FILE_HANDLES } else { &[] };
+    ALLOWED.iter().chain(extra).copied().collect()
+}
+
 /// Installs the filter on the calling thread (threads started later inherit it), with the
 /// file-handle calls when `file_handles`.
 pub fn install(mismatch: Mismatch, file_handles: bool) -> io::Result<()> {
@@ -156,11 +162,9 @@ pub fn install(mismatch: Mismatch, file_handles: bool) -> io::Result<()> {
         Mismatch::Log => SeccompAction::Log,
         Mismatch::Trap => SeccompAction::Trap,
     };
-    let extra = if file_handles { FILE_HANDLES } else { &[] };
-    let rules = ALLOWED
-        .iter()
-        .chain(extra)
-        .map(|&n| (n, Vec::new()))
+    let rules = allowlist(file_handles)
+        .into_iter()
+        .map(|n| (n, Vec::new()))
         .collect::<BTreeMap<_, _>>();
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(io::Error::other)?;
     let filter =
@@ -180,4 +184,18 @@ pub fn call_forbidden() -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(r as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_handle_calls_are_allowed_only_with_file_handles() {
+        for call in [libc::SYS_name_to_handle_at, libc::SYS_open_by_handle_at] {
+            assert!(!allowlist(false).contains(&call));
+            assert!(allowlist(true).contains(&call));
+        }
+        assert_eq!(allowlist(true).len(), ALLOWED.len() + 2);
+    }
 }
