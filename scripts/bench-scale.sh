@@ -11,6 +11,10 @@
 # whatever it is (20,000 here: the copy must succeed under it).
 #
 #   scripts/bench-scale.sh [--files N] [--out DIR] [--modes "never prefer mandatory"]
+#                          [--branch-counts "1 8"] [--node-fds "64 4096"] [--no-virtiofsd]
+#
+# --node-fds adds, for each N, a run of the default mode with `-o node-fds=N` (the default is
+# 512), to measure what the size of the node descriptor cache costs.
 #
 # Not part of the test suite: about 3 minutes per configuration at 200,000 files.
 set -euo pipefail
@@ -18,12 +22,15 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-files=200000 out="$root/.cache/bench-scale" modes="never prefer mandatory"
+files=200000 out="$root/.cache/bench-scale" modes="never prefer mandatory" counts="1 8" fds="" vfsd_too=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --files) files=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --branch-counts) counts=$2; shift 2 ;;
+    --node-fds) fds=$2; shift 2 ;;
+    --no-virtiofsd) vfsd_too=0; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
@@ -114,7 +121,7 @@ run_one() {
 
 results="$out/results.txt"
 : >"$results"
-for n in 1 8; do
+for n in $counts; do
     log "tree of $files files over $n branch(es)"
     make_tree "$n"
     branches=()
@@ -123,7 +130,11 @@ for n in 1 8; do
         log "union-virtiofsd --inode-file-handles=$m, $n branch(es)"
         run_one "ours-$m-$n" "$ours" "${branches[@]}" --cache always -o minfreespace=0 --inode-file-handles="$m"
     done
-    if [ "$n" = 1 ]; then
+    for nf in $fds; do
+        log "union-virtiofsd -o node-fds=$nf, $n branch(es)"
+        run_one "ours-prefer-fds$nf-$n" "$ours" "${branches[@]}" --cache always -o minfreespace=0,node-fds="$nf"
+    done
+    if [ "$n" = 1 ] && [ $vfsd_too = 1 ]; then
         log "virtiofsd 1.14"
         run_one "virtiofsd-1" "$vfsd" --shared-dir "$out/b0" --cache always
     fi
