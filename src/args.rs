@@ -235,6 +235,11 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub test_forbidden_syscall: bool,
 
+    /// Self-test of the lock-poisoning policy: a LOOKUP of NAME panics while it holds the node
+    /// table's lock. Not in --help.
+    #[arg(long, hide = true, value_name = "NAME")]
+    pub test_panic_on_lookup: Option<String>,
+
     /// Log verbosity.
     #[arg(long, value_enum, ignore_case = true, value_name = "LEVEL", default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,

@@ -7,6 +7,7 @@ pub mod confine;
 pub mod docs;
 pub mod fs;
 pub mod logging;
+pub mod sync;
 pub mod sys;
 pub mod union;
 pub mod vhost;

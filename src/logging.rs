@@ -18,10 +18,23 @@ const IDENT: &str = "union-virtiofsd";
 /// syslog's `LOG_USER` facility (virtiofsd's).
 const FACILITY_USER: u8 = 1;
 
+/// Panics are logged as one error line (to syslog too), with no backtrace: capturing one reads
+/// the binary and makes calls the seccomp filter does not allow, which would kill a daemon
+/// whose panicking request was only to answer EIO (`RUST_BACKTRACE` is not honoured).
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        log::error!("panic in thread {}: {info}", thread.name().unwrap_or("?"));
+    }));
+}
+
 /// Installs the process logger: syslog when `syslog` is set and [`SYSLOG_SOCKET`] answers,
 /// stderr otherwise (with a warning when syslog was asked for, as virtiofsd falls back).
 /// `level` is the default that `RUST_LOG`, when set, overrides (Podman passes `RUST_LOG=ERROR`).
+/// Panics go to the same log, one line each and without a backtrace (capturing one inside
+/// the seccomp sandbox would kill the daemon).
 pub fn init(level: LevelFilter, syslog: bool) {
+    log_panics();
     let filter = stderr_builder(level).build();
     if syslog {
         match Syslog::connect(Path::new(SYSLOG_SOCKET), filter) {

@@ -1,5 +1,6 @@
 //! Entry point: parse, convert, run, log one error, exit non-zero. The only place that exits.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
@@ -19,8 +20,15 @@ fn main() -> ExitCode {
     let matches = Args::command().after_help(help).get_matches();
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if args.print_capabilities {
-        println!("{}", vhost::capabilities_json());
-        return ExitCode::SUCCESS;
+        // A reader that stops early (`| head -c 1`) is no error: nothing more to say.
+        let mut out = std::io::stdout().lock();
+        return match writeln!(out, "{}", vhost::capabilities_json()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                eprintln!("union-virtiofsd: cannot write the capabilities: {e}");
+                ExitCode::FAILURE
+            }
+            _ => ExitCode::SUCCESS,
+        };
     }
     // RUST_LOG, when set (Podman passes RUST_LOG=ERROR), wins as it does for virtiofsd.
     let level = union_virtiofsd::config::early_log_level(&args);

@@ -264,3 +264,25 @@ fn install_script_places_every_file() {
 fn union_virtiofsd_repo() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // A reader that has gone before anything is written (`| head -c 0`): the write fails with
+    // EPIPE, which is no reason for a panic or a backtrace.
+    for args in [
+        &["--print-capabilities"][..],
+        &["--help"][..],
+        &["--version"][..],
+    ] {
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        let out = Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+            .args(args)
+            .stdout(w)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

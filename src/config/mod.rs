@@ -392,6 +392,10 @@ fn apply_virtiofsd(
         s.opts.host_locks = on;
     }
     s.opts.preserve_noatime = args.preserve_noatime;
+    s.opts.test_panic_on_lookup = args
+        .test_panic_on_lookup
+        .as_ref()
+        .and_then(|n| std::ffi::CString::new(n.as_str()).ok());
     if let Some(m) = args.inode_file_handles {
         use crate::args::InodeFileHandles as A;
         use crate::fs::options::FileHandles as F;

@@ -13,6 +13,7 @@
 //!
 //! The `trusted.*` xattrs need CAP_SYS_ADMIN: with `cow=true` the daemon keeps it.
 
+use crate::sync::LockRecover;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -119,8 +120,7 @@ impl UnionFs {
                 rustix::fs::renameat(&dir_fd, &tmp, &dir_fd, &name)?;
                 if f.st.st_nlink > 1 {
                     self.copied_up
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
+                        .locked()
                         .insert((f.st.st_dev, f.st.st_ino), (dir.branch, rel.to_owned()));
                 }
             }
@@ -302,8 +302,7 @@ impl UnionFs {
     ) -> io::Result<bool> {
         let known = self
             .copied_up
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .get(&(f.st.st_dev, f.st.st_ino))
             .cloned();
         let Some((b, other)) = known else {
@@ -333,8 +332,7 @@ impl UnionFs {
             && f.st.st_mode & libc::S_IFMT == libc::S_IFREG
             && self
                 .copied_up
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .locked()
                 .contains_key(&(f.st.st_dev, f.st.st_ino))
     }
 }

@@ -1,6 +1,7 @@
 //! The handle table: open files and directory snapshots, keyed by the FUSE file handle.
 //! Handles are never reused, so a stale or forged handle from the guest gets EBADF.
 
+use crate::sync::RwRecover;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -62,13 +63,13 @@ impl HandleTable {
     /// Stores a handle and returns its number.
     pub fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.map.write().unwrap().insert(fh, Arc::new(h));
+        self.map.writing().insert(fh, Arc::new(h));
         fh
     }
 
     /// The handle `fh`, or EBADF.
     pub fn get(&self, fh: u64) -> io::Result<Arc<Handle>> {
-        self.map.read().unwrap().get(&fh).cloned().ok_or_else(ebadf)
+        self.map.reading().get(&fh).cloned().ok_or_else(ebadf)
     }
 
     /// The open file `fh` opened for `inode`, or EBADF (unknown, a directory, or another node's).
@@ -82,17 +83,17 @@ impl HandleTable {
 
     /// Removes `fh`; EBADF if it was not there.
     pub fn remove(&self, fh: u64) -> io::Result<Arc<Handle>> {
-        self.map.write().unwrap().remove(&fh).ok_or_else(ebadf)
+        self.map.writing().remove(&fh).ok_or_else(ebadf)
     }
 
     /// Closes every handle (FUSE_DESTROY, device reset). Handle numbers are still never reused.
     pub fn clear(&self) {
-        self.map.write().unwrap().clear();
+        self.map.writing().clear();
     }
 
     /// Number of open handles (for tests and leak checks).
     pub fn len(&self) -> usize {
-        self.map.read().unwrap().len()
+        self.map.reading().len()
     }
 }
 

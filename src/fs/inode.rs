@@ -14,6 +14,7 @@
 //! its lookup count reaches zero and no entry names it as parent, so memory follows what the
 //! guest holds. This module does no I/O.
 
+use crate::sync::RwRecover;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
 use std::io;
@@ -101,6 +102,8 @@ pub struct InodeTable {
     inner: RwLock<Inner>,
     /// Counts uses, to date them.
     clock: AtomicU64,
+    /// Test hook: a lookup of this name panics holding the table's lock.
+    panic_on: Option<CString>,
 }
 
 fn err(e: i32) -> io::Error {
@@ -297,13 +300,21 @@ impl InodeTable {
                 capacity: capacity.max(1),
             }),
             clock: AtomicU64::new(1),
+            panic_on: None,
         }
+    }
+
+    /// Makes a lookup of `name` panic while it holds the table's lock (a test of the
+    /// lock-poisoning policy, `--test-panic-on-lookup`).
+    pub fn panic_on_lookup(mut self, name: Option<CString>) -> Self {
+        self.panic_on = name;
+        self
     }
 
     /// The union-relative path of `id` (`.` for the root), or EBADF for an unknown id and
     /// ENOENT for a node (or an ancestor) that no longer has a name.
     pub fn path(&self, id: u64) -> io::Result<CString> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         let mut parts: Vec<&CStr> = Vec::new();
         let mut cur = id;
         while cur != ROOT_ID {
@@ -338,20 +349,20 @@ impl InodeTable {
 
     /// The node named `parent/name`, with the object it is bound to.
     pub fn child(&self, parent: u64, name: &CStr) -> Option<(u64, Key)> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         let id = *inner.names.get(&(parent, name.to_owned()))?;
         Some((id, inner.nodes.get(&id)?.key?))
     }
 
     /// Whether `id` is a directory's node.
     pub fn is_dir(&self, id: u64) -> bool {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         inner.nodes.get(&id).is_some_and(|n| n.is_dir)
     }
 
     /// Whether `id` is a known node that still has a name (the root always has).
     pub fn linked(&self, id: u64) -> bool {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         id == ROOT_ID || inner.nodes.get(&id).is_some_and(|n| !n.names.is_empty())
     }
 
@@ -367,7 +378,10 @@ impl InodeTable {
         max_nodes: usize,
     ) -> io::Result<u64> {
         let mut closed = Vec::new();
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
+        if self.panic_on.as_deref() == Some(name) {
+            panic!("--test-panic-on-lookup: a lookup of {name:?} panics holding the node table");
+        }
         let r = inner.lookup(parent, name, found, max_nodes);
         if let Ok(id) = r {
             inner.touch(id, self.tick());
@@ -380,7 +394,7 @@ impl InodeTable {
     /// `found` (a copy-up replaced one by the other).
     pub fn rebind(&self, old: Key, found: Bind) {
         let mut closed = Vec::new();
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let Some(id) = inner.by_key.remove(&old) else {
             return;
         };
@@ -402,7 +416,7 @@ impl InodeTable {
     /// A node for an object that has no name yet (O_TMPFILE), with one guest lookup; ENFILE
     /// when that would make more than `max_nodes`. A later LINK names it.
     pub fn insert_unnamed(&self, found: Bind, max_nodes: usize) -> io::Result<u64> {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let key = found.key;
         let id = inner.new_node(found, max_nodes)?;
         inner.by_key.insert(key, id);
@@ -416,7 +430,7 @@ impl InodeTable {
         if id == ROOT_ID {
             return;
         }
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         if let Some(n) = inner.nodes.get_mut(&id) {
             n.lookups = n.lookups.saturating_sub(count);
             inner.reap(id);
@@ -426,14 +440,14 @@ impl InodeTable {
     /// Removes the name `parent/name` after an unlink or rmdir. The node keeps its other names
     /// and its descriptor, and lives on until forgotten.
     pub fn unlink(&self, parent: u64, name: &CStr) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         inner.drop_name(&(parent, name.to_owned()));
     }
 
     /// EINVAL if moving `oldp/oldn` into directory `newp` would make a directory its own
     /// ancestor (checked before the host rename, whose own check cannot see union paths).
     pub fn check_move(&self, oldp: u64, oldn: &CStr, newp: u64) -> io::Result<()> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         match inner.names.get(&(oldp, oldn.to_owned())) {
             Some(&id) if inner.is_ancestor_or_self(id, newp) => Err(err(libc::EINVAL)),
             _ => Ok(()),
@@ -443,7 +457,7 @@ impl InodeTable {
     /// Moves the name `oldp/oldn` to `newp/newn` after a rename; the name that was at the
     /// target goes (unless both named the same object, when rename(2) changes nothing).
     pub fn rename(&self, oldp: u64, oldn: &CStr, newp: u64, newn: &CStr) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let old = (oldp, oldn.to_owned());
         let new = (newp, newn.to_owned());
         let src = inner.names.get(&old).copied();
@@ -458,7 +472,7 @@ impl InodeTable {
 
     /// Swaps the names `ap/an` and `bp/bn` after a RENAME_EXCHANGE.
     pub fn exchange(&self, ap: u64, an: &CStr, bp: u64, bn: &CStr) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let ea = (ap, an.to_owned());
         let eb = (bp, bn.to_owned());
         let a = inner.names.get(&ea).copied();
@@ -485,7 +499,7 @@ impl InodeTable {
 
     /// How `id` holds its object, if it is bound to one (and it counts as used now).
     pub fn bound(&self, id: u64) -> Option<Bound> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.inner.reading();
         let n = inner.nodes.get(&id)?;
         let h = n.bound.as_ref()?;
         n.used.store(self.tick(), Ordering::Relaxed);
@@ -503,7 +517,7 @@ impl InodeTable {
     /// to object `key` and closed; returns the descriptor it holds now.
     pub fn reopened(&self, id: u64, key: Key, fd: Arc<OwnedFd>) -> Arc<OwnedFd> {
         let mut closed = Vec::new();
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let Some(n) = inner.nodes.get_mut(&id) else {
             return fd;
         };
@@ -523,20 +537,20 @@ impl InodeTable {
     /// Keeps at most about `capacity` node descriptors open from now on.
     pub fn set_capacity(&self, capacity: usize) {
         let mut closed = Vec::new();
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         inner.capacity = capacity.max(1);
         inner.trim(&mut closed);
     }
 
     /// How many nodes hold an open descriptor.
     pub fn open_fds(&self) -> usize {
-        self.inner.read().unwrap().open.len()
+        self.inner.reading().open.len()
     }
 
     /// Binds `id` to a (possibly new) host object (no-op for unknown ids).
     pub fn bind(&self, id: u64, found: Bind) {
         let mut closed = Vec::new();
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let key = found.key;
         inner.hold(id, found);
         inner.touch(id, self.tick());
@@ -559,7 +573,7 @@ impl InodeTable {
 
     /// Forgets what `id` is bound to, after its file was replaced on the host by this daemon.
     pub fn unbind(&self, id: u64) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         if let Some(n) = inner.nodes.get_mut(&id) {
             n.bound = None;
         }
@@ -568,7 +582,7 @@ impl InodeTable {
 
     /// Records `stamp` as `id`'s content stamp and returns the previous one.
     pub fn swap_stamp(&self, id: u64, stamp: (i64, i64, i64)) -> Option<(i64, i64, i64)> {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         inner
             .nodes
             .get_mut(&id)
@@ -577,7 +591,7 @@ impl InodeTable {
 
     /// Forgets every node but the root (FUSE_DESTROY, device reset): their descriptors close.
     pub fn clear(&self) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.writing();
         let capacity = inner.capacity;
         *inner = InodeTable::with_capacity(capacity)
             .inner
@@ -587,7 +601,7 @@ impl InodeTable {
 
     /// Number of nodes, root included (for tests and leak checks).
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap().nodes.len()
+        self.inner.reading().nodes.len()
     }
 }
 

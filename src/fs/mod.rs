@@ -203,7 +203,8 @@ impl UnionFs {
                 min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
             })
             .collect();
-        let inodes = InodeTable::with_capacity(cfg.opts.node_fds);
+        let inodes = InodeTable::with_capacity(cfg.opts.node_fds)
+            .panic_on_lookup(cfg.opts.test_panic_on_lookup.clone());
         Ok(UnionFs {
             branches: Branches::new(roots, infos),
             cfg,

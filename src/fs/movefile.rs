@@ -3,6 +3,7 @@
 //! xattrs, and the open handle is switched to the new copy so the write can be retried. No
 //! byte already written is lost: the copy is complete before the original is unlinked.
 
+use crate::sync::LockRecover;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -32,7 +33,7 @@ impl UnionFs {
             .opts
             .moveonenospc
             .ok_or_else(|| errno(libc::ENOSPC))?;
-        let _one_at_a_time = self.moves.lock().unwrap();
+        let _one_at_a_time = self.moves.locked();
         let from = h.branch.load(Ordering::Acquire);
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);

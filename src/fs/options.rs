@@ -332,6 +332,9 @@ pub struct UnionOptions {
     pub lock_wait_external: Duration,
     /// How nodes hold their host objects.
     pub file_handles: FileHandles,
+    /// Test hook (`--test-panic-on-lookup`): a lookup of this name panics inside the node
+    /// table's lock.
+    pub test_panic_on_lookup: Option<std::ffi::CString>,
     /// How many node descriptors stay open (at most a quarter of the descriptor budget);
     /// those of the least recently used nodes beyond it are closed.
     pub node_fds: usize,
@@ -375,6 +378,7 @@ impl Default for UnionOptions {
             host_locks: true,
             file_handles: FileHandles::Prefer,
             node_fds: 512,
+            test_panic_on_lookup: None,
             lock_timeout: Duration::from_secs(10),
             lock_wait_external: Duration::from_secs(60),
             readdirplus: true,

@@ -1,6 +1,7 @@
 //! Adopting an inherited listening socket (`--fd`): the one place that turns a raw fd number
 //! into an owned object. Validates the fd first; never closes fds it does not own.
 
+use crate::sync::LockRecover;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -74,7 +75,7 @@ pub fn check_listening_socket(fd: RawFd) -> io::Result<()> {
 /// already adopted. The listener is made blocking and close-on-exec.
 pub fn adopt_listener(fd: RawFd) -> io::Result<UnixListener> {
     check_listening_socket(fd)?;
-    let mut adopted = ADOPTED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut adopted = ADOPTED.locked();
     if adopted.contains(&fd) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

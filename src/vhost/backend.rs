@@ -2,6 +2,7 @@
 //! the per-queue event loop that pops descriptor chains and hands them to workers. Knows
 //! descriptors and queues, nothing about files.
 
+use crate::sync::{LockRecover, RwRecover};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -175,14 +176,14 @@ impl WaitThreads {
         let started = std::thread::Builder::new()
             .name("fs-lock-wait".into())
             .spawn(move || {
-                if let Some(job) = theirs.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                if let Some(job) = theirs.locked().take() {
                     job();
                 }
                 n.fetch_sub(1, Ordering::AcqRel);
             });
         if started.is_err() {
             self.0.fetch_sub(1, Ordering::AcqRel);
-            if let Some(job) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(job) = slot.locked().take() {
                 return Err(job);
             }
         }
@@ -256,7 +257,7 @@ where
     }
 
     fn update_memory(&self, mem: GuestMem) -> io::Result<()> {
-        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        *self.mem.writing() = Some(mem);
         Ok(())
     }
 
@@ -286,7 +287,7 @@ where
             warn!("queue {thread_id}: event for unknown vring {device_event}");
             return Ok(());
         };
-        let Some(mem) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+        let Some(mem) = self.mem.reading().clone() else {
             warn!("queue {thread_id}: kick before the memory table was set");
             return Ok(());
         };

@@ -1,6 +1,7 @@
 //! A fixed pool of worker threads fed by the queue threads. Runs closures; knows nothing of
 //! FUSE or descriptors.
 
+use crate::sync::LockRecover;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -39,7 +40,7 @@ impl Pool {
 
     /// Queues `job`; returns it back if the pool is shut down.
     pub fn spawn(&self, job: Job) -> Result<(), Job> {
-        match self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        match self.tx.locked().as_ref() {
             Some(tx) => tx.send(job).map_err(|e| e.0),
             None => Err(job),
         }
@@ -47,10 +48,9 @@ impl Pool {
 
     /// Stops accepting jobs; workers exit once the queue is drained. With `join`, waits for them.
     pub fn shutdown(&self, join: bool) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.tx.locked().take();
         if join {
-            let threads =
-                std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            let threads = std::mem::take(&mut *self.threads.locked());
             for t in threads {
                 let _ = t.join();
             }

@@ -3,6 +3,7 @@
 //! the caller then wakes the filesystem's waits (`OwnOps::wake_waits`), which look at the mark
 //! under their own lock, so a wake can never fall between a look and a sleep.
 
+use crate::sync::LockRecover;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,7 +50,7 @@ impl Drop for Registration<'_> {
 
 impl Waiters {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 
     /// Registers request `unique` as waiting.

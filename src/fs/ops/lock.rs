@@ -25,6 +25,7 @@
 //! which without a pending signal would reach the program as errno 512). Locks held outside
 //! the daemon are polled for, since nothing tells it when they go.
 
+use crate::sync::LockRecover;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -68,7 +69,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 impl Locks {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 
     /// Wakes every waiting request to look at its lock and its cancellation again.
@@ -316,11 +317,7 @@ pub fn setlk(
                     );
                 }
                 g.sleepers += 1;
-                g = locks
-                    .changed
-                    .wait_timeout(g, nap)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                g = crate::sync::recover(locks.changed.wait_timeout(g, nap)).0;
                 g.sleepers -= 1;
             }
         }

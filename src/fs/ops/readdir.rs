@@ -2,6 +2,7 @@
 //! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
 //! handle (at offset 0) so offsets stay stable while the guest pages through it.
 
+use crate::sync::LockRecover;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -134,7 +135,7 @@ fn listing(
         return Err(errno(libc::EBADF));
     }
     let rel = fs.inodes.path(inode)?;
-    let mut snap = d.snapshot.lock().unwrap();
+    let mut snap = d.snapshot.locked();
     if offset == 0 || snap.is_none() {
         *snap = Some(Arc::new(snapshot(fs, inode, &rel)?));
     }
