@@ -91,7 +91,7 @@ fn names(fs: &UnionFs, inode: u64) -> Vec<String> {
 fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     let base = Tmpfs::new("16M");
     let top = Tmpfs::new("16M");
-    let b = base.0.path();
+    let b = base.path();
     fs::create_dir_all(b.join("etc")).unwrap();
     fs::write(b.join("etc/passwd"), "root:x:0:0\n").unwrap();
     fs::set_permissions(b.join("etc/passwd"), fs::Permissions::from_mode(0o644)).unwrap();
@@ -108,8 +108,8 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     fs::write(b.join("hard1"), "linked").unwrap();
     fs::hard_link(b.join("hard1"), b.join("hard2")).unwrap();
     let before = tree(b);
-    let upper = top.0.path().join("upper");
-    let work = top.0.path().join("work");
+    let upper = top.path().join("upper");
+    let work = top.path().join("work");
     fs::create_dir(&upper).unwrap();
     fs::create_dir(&work).unwrap();
 
@@ -480,15 +480,15 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
     let lower_a = Tmpfs::new("8M");
     let lower_b = Tmpfs::new("8M");
     let top = Tmpfs::new("8M");
-    make_base(lower_a.0.path());
-    make_base(lower_b.0.path());
-    let t = top.0.path();
+    make_base(lower_a.path());
+    make_base(lower_b.path());
+    let t = top.path();
     for d in ["ovl-upper", "ovl-work", "union-upper", "mnt"] {
         fs::create_dir(t.join(d)).unwrap();
     }
     let opts = format!(
         "lowerdir={},upperdir={},workdir={}",
-        lower_a.0.path().display(),
+        lower_a.path().display(),
         t.join("ovl-upper").display(),
         t.join("ovl-work").display()
     );
@@ -509,7 +509,7 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
 
     let upper = t.join("union-upper");
     let u = union_with(
-        &[(&upper, "RW"), (lower_b.0.path(), "RO")],
+        &[(&upper, "RW"), (lower_b.path(), "RO")],
         "cow=true,minfreespace=0",
     );
     let ours: Vec<_> = ops.iter().map(|op| on_union(&u, op)).collect();
@@ -518,7 +518,7 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
     }
     assert_eq!(upper_tree(&upper), upper_tree(&t.join("ovl-upper")));
     // Neither touched its base.
-    assert_eq!(tree(lower_a.0.path()), tree(lower_b.0.path()));
+    assert_eq!(tree(lower_a.path()), tree(lower_b.path()));
 }
 
 /// A directory made deep in the base clones its parents onto the upper layer; when the guest

@@ -6,14 +6,11 @@
 
 #[path = "support/fsharness.rs"]
 mod fsharness;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
 
 use std::sync::Mutex;
 
 use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
-use tmpfs::Tmpfs;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 const MODES: [&str; 3] = ["never", "prefer", "mandatory"];

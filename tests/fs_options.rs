@@ -20,13 +20,11 @@ fn three() -> [Tmpfs; 3] {
 }
 
 fn paths(t: &[Tmpfs; 3]) -> [&Path; 3] {
-    [t[0].0.path(), t[1].0.path(), t[2].0.path()]
+    [t[0].path(), t[1].path(), t[2].path()]
 }
 
 fn holder(t: &[Tmpfs; 3], rel: &str) -> Vec<usize> {
-    (0..3)
-        .filter(|&i| t[i].0.path().join(rel).exists())
-        .collect()
+    (0..3).filter(|&i| t[i].path().join(rel).exists()).collect()
 }
 
 #[test]
@@ -363,7 +361,7 @@ fn write_at(
 fn moveonenospc_moves_the_file_and_loses_no_byte() {
     let small = Tmpfs::new("1M");
     let big = Tmpfs::new("16M");
-    let (a, b) = (small.0.path(), big.0.path());
+    let (a, b) = (small.path(), big.path());
     fs::create_dir(a.join("dir")).unwrap();
     fs::set_permissions(a.join("dir"), fs::Permissions::from_mode(0o711)).unwrap();
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
@@ -421,7 +419,7 @@ fn moveonenospc_moves_the_file_and_loses_no_byte() {
 fn moveonenospc_copies_the_handles_own_file_not_its_path() {
     let small = Tmpfs::new("1M");
     let big = Tmpfs::new("16M");
-    let (a, b) = (small.0.path(), big.0.path());
+    let (a, b) = (small.path(), big.path());
     let fs = union_with(
         &[(a, "RW"), (b, "RW")],
         "category.create=ff,minfreespace=0,moveonenospc=mfs",

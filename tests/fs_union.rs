@@ -606,11 +606,7 @@ fn create_of_an_existing_name_opens_it_unless_exclusive() {
 fn statfs_sums_distinct_filesystems_once() {
     let big = Tmpfs::new("64M");
     let small = Tmpfs::new("32M");
-    let fs = union(&[
-        (big.0.path(), "RW"),
-        (small.0.path(), "RO"),
-        (big.0.path(), "RW"),
-    ]);
+    let fs = union(&[(big.path(), "RW"), (small.path(), "RO"), (big.path(), "RW")]);
     let st = fs.statfs(&ctx(), ROOT_ID).unwrap();
     let total = st.f_blocks * st.f_frsize;
     assert_eq!(
@@ -619,7 +615,7 @@ fn statfs_sums_distinct_filesystems_once() {
         "64M + 32M, the repeated branch counted once"
     );
     let free_before = st.f_bavail * st.f_frsize;
-    fs::write(small.0.path().join("fill"), vec![1u8; 8 << 20]).unwrap();
+    fs::write(small.path().join("fill"), vec![1u8; 8 << 20]).unwrap();
     let st = fs.statfs(&ctx(), ROOT_ID).unwrap();
     assert_eq!(free_before - st.f_bavail * st.f_frsize, 8 << 20);
 }

@@ -209,27 +209,8 @@ pub fn list(fs: &UnionFs, inode: u64) -> Vec<(String, u64)> {
     out
 }
 
-/// A tmpfs of `size` mounted on a fresh temporary directory, unmounted on drop.
-pub struct Tmpfs(pub tempfile::TempDir);
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (needs root, as CI has).
-    pub fn new(size: &str) -> Tmpfs {
-        let d = tempfile::tempdir().unwrap();
-        let st = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(d.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "mounting a tmpfs needs root, as CI has");
-        Tmpfs(d)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(self.0.path())
-            .status();
-    }
-}
+#[path = "tmpfs.rs"]
+mod tmpfs;
+/// A tmpfs mounted on a fresh temporary directory, unmounted on drop.
+#[allow(unused_imports)]
+pub use tmpfs::Tmpfs;

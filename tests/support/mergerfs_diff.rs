@@ -109,41 +109,8 @@ pub trait Ops {
     fn statfs(&self) -> R<Statfs>;
 }
 
-/// A tmpfs of a given size mounted on a fresh temporary directory, unmounted on drop.
-pub struct Tmpfs {
-    dir: TempDir,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (`16M`…).
-    pub fn new(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .status()
-            .expect("running mount(8)");
-        assert!(st.success(), "mounting a tmpfs needs root, as CI has");
-        Tmpfs { dir }
-    }
-
-    /// Its root.
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-    }
-}
+// The including test crate has the fs harness, and with it the shared tmpfs helper.
+use super::fsharness::Tmpfs;
 
 /// Whether `mnt` is currently a mount point whose type starts with `fstype`.
 fn mounted_as(mnt: &Path, fstype: &str) -> bool {
@@ -779,7 +746,11 @@ fn no_umask() {
 /// Runs `sc` on fresh branches through `side`.
 pub fn run_side(sc: &Scenario, side: Side) -> Outcome {
     no_umask();
-    let tmpfs: Vec<Tmpfs> = sc.branches.iter().map(|b| Tmpfs::new(b.size)).collect();
+    let tmpfs: Vec<Tmpfs> = sc
+        .branches
+        .iter()
+        .map(|b| Tmpfs::with_options(&format!("size={},mode=0755", b.size)))
+        .collect();
     let roots: Vec<PathBuf> = tmpfs.iter().map(|t| t.path().to_path_buf()).collect();
     for (b, spec) in sc.branches.iter().enumerate() {
         if spec.fill > 0 {

@@ -14,9 +14,14 @@ pub struct Tmpfs(tempfile::TempDir);
 impl Tmpfs {
     /// Mounts a tmpfs of `size` (mount(8) syntax, e.g. `16M`).
     pub fn new(size: &str) -> Tmpfs {
+        Tmpfs::with_options(&format!("size={size}"))
+    }
+
+    /// Mounts a tmpfs with mount(8) options `opts` (`size=16M,mode=0755`).
+    pub fn with_options(opts: &str) -> Tmpfs {
         let d = tempfile::tempdir().unwrap();
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
             .arg(d.path())
             .status()
             .unwrap()
