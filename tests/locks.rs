@@ -55,9 +55,23 @@ fn getlk(dev: &mut Device, node: u64, fh: u64, owner: u64, lk: FileLock) -> File
 }
 
 fn daemon_with_file() -> Daemon {
-    let d = Daemon::start(&["a"], &[]);
+    daemon_with_file_and(&[])
+}
+
+/// A daemon started with `extra` arguments over one branch holding a 4 KiB file `f`.
+fn daemon_with_file_and(extra: &[&str]) -> Daemon {
+    let d = Daemon::start(&["a"], extra);
     std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
     d
+}
+
+/// The branch's `f` opened read-write by this (host) process.
+fn host_file(d: &Daemon) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.branches[0].join("f"))
+        .unwrap()
 }
 
 /// A classic POSIX lock (F_SETLK) taken by this test process on `file`: what any host
@@ -153,11 +167,7 @@ fn posix_locks_conflict_between_owners_and_not_within_one() {
 #[test]
 fn guest_locks_and_host_locks_see_each_other() {
     let d = daemon_with_file();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(d.branches[0].join("f"))
-        .unwrap();
+    let file = host_file(&d);
     let mut dev = d.session();
     let (node, fh) = open_rw(&mut dev, b"f");
     // Guest holds 0..=9: a host process cannot lock it, and sees it with F_GETLK.
@@ -214,11 +224,7 @@ fn setlkw_waits_for_the_holder_and_flush_releases_an_owners_locks() {
 #[test]
 fn an_interrupt_ends_a_waiting_setlkw_with_eintr() {
     let d = daemon_with_file();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(d.branches[0].join("f"))
-        .unwrap();
+    let file = host_file(&d);
     host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
     let mut dev = d.session();
     let (node, fh) = open_rw(&mut dev, b"f");
@@ -328,8 +334,7 @@ fn a_wait_that_would_close_a_cycle_answers_edeadlk() {
 
 #[test]
 fn the_waiting_owners_close_ends_its_wait_and_leaves_no_lock() {
-    let d = Daemon::start(&["a"], &["--log-level", "debug"]);
-    std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
+    let d = daemon_with_file_and(&["--log-level", "debug"]);
     let mut dev = d.session();
     let (node, fh) = open_rw(&mut dev, b"f");
     let (_, fh2) = open_rw(&mut dev, b"f");
@@ -348,13 +353,8 @@ fn the_waiting_owners_close_ends_its_wait_and_leaves_no_lock() {
 
 #[test]
 fn waits_end_after_their_bounds() {
-    let d = Daemon::start(&["a"], &["-o", "lock-timeout=0.3,lock-wait-external=0.3"]);
-    std::fs::write(d.branches[0].join("f"), vec![b'x'; 4096]).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(d.branches[0].join("f"))
-        .unwrap();
+    let d = daemon_with_file_and(&["-o", "lock-timeout=0.3,lock-wait-external=0.3"]);
+    let file = host_file(&d);
     let mut dev = d.session();
     let (node, fh) = open_rw(&mut dev, b"f");
     let all = || ops::file_lock(0, u64::MAX, libc::F_WRLCK);

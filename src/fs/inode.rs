@@ -700,12 +700,17 @@ impl Inner {
 mod tests {
     use super::*;
 
+    /// A descriptor to bind nodes to (what it names does not matter to the table).
+    fn some_fd() -> Arc<OwnedFd> {
+        Arc::new(
+            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap(),
+        )
+    }
+
     fn bind(key: u64, is_dir: bool) -> Bind {
-        let fd =
-            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap();
         Bind {
             branch: 0,
-            fd: Arc::new(fd),
+            fd: some_fd(),
             key: (1, key),
             is_dir,
             handle: None,
@@ -719,23 +724,20 @@ mod tests {
     #[test]
     fn the_least_recently_used_descriptors_close_and_unnamed_nodes_keep_theirs() {
         let t = InodeTable::with_capacity(8);
-        let ids: Vec<u64> = (0..8)
-            .map(|i| {
-                let name = CString::new(format!("f{i}")).unwrap();
-                t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
-                    .unwrap()
-            })
-            .collect();
+        let look = |range: std::ops::Range<u64>| -> Vec<u64> {
+            range
+                .map(|i| {
+                    let name = CString::new(format!("f{i}")).unwrap();
+                    t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
+                        .unwrap()
+                })
+                .collect()
+        };
+        let ids = look(0..8);
         assert_eq!(t.open_fds(), 8);
         // f1 loses its last name: it may not be closed.
         t.unlink(ROOT_ID, c"f1");
-        let more: Vec<u64> = (8..20)
-            .map(|i| {
-                let name = CString::new(format!("f{i}")).unwrap();
-                t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
-                    .unwrap()
-            })
-            .collect();
+        let more = look(8..20);
         assert!(t.open_fds() <= 8, "{}", t.open_fds());
         assert!(is_open(&t, ids[1]), "unnamed: never closed");
         assert!(is_open(&t, *more.last().unwrap()), "the newest stays");
@@ -745,18 +747,10 @@ mod tests {
         };
         assert_eq!((key, handle), ((1, 102), None));
         // Reopened: it holds the descriptor given, for its own object only.
-        let fd = Arc::new(
-            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap(),
-        );
+        let fd = some_fd();
         assert!(Arc::ptr_eq(&t.reopened(ids[2], (1, 102), fd.clone()), &fd));
         assert!(is_open(&t, ids[2]));
-        let other = Arc::new(
-            rustix::fs::open(c"/", rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap(),
-        );
-        assert!(!Arc::ptr_eq(
-            &t.reopened(ids[3], (1, 999), other.clone()),
-            &fd
-        ));
+        t.reopened(ids[3], (1, 999), some_fd());
         assert!(
             !is_open(&t, ids[3]),
             "another object's descriptor is not taken"
