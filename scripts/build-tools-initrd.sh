@@ -9,6 +9,10 @@
 #   scripts/build-tools-initrd.sh stress
 # packs stress-ng (its lock stressors: tests/e2e_lock_waits.rs) the same way, on its own
 # (30 MB): .cache/guest/stress.cpio.
+#   scripts/build-tools-initrd.sh fsx
+# packs the fsx data-integrity exerciser (cargo install'ed into .cache/tools/fsx if absent) and
+# qemu/fsx-all.toml, a mix with every operation it has (tests/e2e_integrity.rs):
+# .cache/guest/fsx.cpio.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -17,6 +21,14 @@ if [ "${1:-}" = stress ]; then
     out="$UVFS_GUEST_CACHE/stress.cpio"
     newest=/usr/bin/stress-ng
     progs=(/usr/bin/stress-ng)
+elif [ "${1:-}" = fsx ]; then
+    out="$UVFS_GUEST_CACHE/fsx.cpio"
+    newest="$UVFS_ROOT/.cache/tools/fsx/bin/fsx"
+    if [ ! -x "$newest" ]; then
+        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_ROOT/.cache/tools/fsx" >&2
+    fi
+    progs=("$newest")
+    [ "$UVFS_ROOT/qemu/fsx-all.toml" -nt "$out" ] && rm -f "$out"
 else
     out="$UVFS_GUEST_CACHE/tools.cpio"
     # fcntl record locks: the project's examples/guest_lock.rs.
@@ -39,6 +51,7 @@ mkdir -p "$work/opt/tools/bin"
 for p in "${progs[@]}"; do
     install -m 755 "$p" "$work/opt/tools/bin/$(basename "$p")"
 done
+[ "${1:-}" = fsx ] && install -m 644 "$UVFS_ROOT/qemu/fsx-all.toml" "$work/opt/tools/fsx-all.toml"
 copy_libs "$work" "${progs[@]}"
 mkdir -p "$UVFS_GUEST_CACHE"
 pack_cpio "$work" "$out"

@@ -19,6 +19,8 @@ timed scripts/build-pjdfstest-initrd.sh >/dev/null
 timed scripts/build-tools-initrd.sh >/dev/null
 # stress-ng for the guest (tests/e2e_lock_waits.rs).
 timed scripts/build-tools-initrd.sh stress >/dev/null
+# fsx for the guest (tests/e2e_integrity.rs).
+timed scripts/build-tools-initrd.sh fsx >/dev/null
 # A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
 timed scripts/build-debian-base.sh >/dev/null
 # The closing line sums every test binary's result (cargo's own last line is that of the

@@ -333,6 +333,16 @@ pub fn stress_initrd() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot pack stress-ng for the guest: {e}"))
 }
 
+/// fsx under `/opt/tools/bin` and its every-operation mix `/opt/tools/fsx-all.toml`, for
+/// [`Guest::extra_initrd`] (`scripts/build-tools-initrd.sh fsx`).
+pub fn fsx_initrd() -> PathBuf {
+    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ARCHIVE
+        .get_or_init(|| run_path_script_args("build-tools-initrd.sh", &["fsx"]))
+        .clone()
+        .unwrap_or_else(|e| panic!("cannot pack fsx for the guest: {e}"))
+}
+
 /// The guest kernel from Debian suite `suite` (fetched once per test process and suite).
 pub fn kernel_from(suite: &str) -> PathBuf {
     static KERNELS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
