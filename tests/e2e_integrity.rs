@@ -3,7 +3,7 @@
 //! truncates, mmap) and a mix of every operation it has (plus close/reopen, invalidation,
 //! fsync, fallocate, punch hole, sendfile, fadvise, copy_file_range) on one branch, on three,
 //! and on a nearly full branch where `moveonenospc` moves the file mid-run. Fixed seeds, so a
-//! failure reruns the same operations.
+//! failure reruns the same operations. And stress-ng's whole filesystem class with `--verify`.
 
 #[path = "support/guest.rs"]
 mod guest;
@@ -88,5 +88,69 @@ fn fsx_on_a_nearly_full_branch_with_moveonenospc() {
             big.path().join(&name).exists() && !small.path().join(&name).exists(),
             "{name} was moved to the large branch"
         );
+    }
+}
+
+/// The filesystem-class stressors stress-ng 0.15 skips by itself here, and why: nothing a
+/// FUSE filesystem can offer.
+const SKIPPED: [(&str, &str); 3] = [
+    ("binderfs", "binderfs not supported"),
+    ("fiemap", "FS_IOC_FIEMAP not supported"),
+    ("verity", "verity is not supported"),
+];
+
+#[test]
+fn stress_ng_filesystem_class_passes_with_verify() {
+    let (a, b) = (Tmpfs::new("512M"), Tmpfs::new("64M"));
+    let mut backend = Backend::union(
+        &[(a.path(), Mode::Rw), (b.path(), Mode::Ro)],
+        &["-o", "minfreespace=1M"],
+    );
+    for arg in backend.args.iter_mut().filter(|a| *a == "debug") {
+        *arg = "info".to_owned();
+    }
+    let g = Guest {
+        extra_initrd: vec![guest::stress_initrd()],
+        mem: "1G".to_owned(),
+        smp: 2,
+        timeout: Duration::from_secs(500),
+        ..Guest::default()
+    };
+    // Every stressor of the class, one after another, 3 s each; iomix's 1 GiB file is made
+    // smaller to fit the branch.
+    let scenario = r#"export PATH=/opt/tools/bin:$PATH
+rc=0
+stress-ng --class filesystem --sequential 1 --timeout 3s --verify --iomix-bytes 64m \
+  --temp-path /mnt > /tmp/out 2>&1 || rc=$?
+echo "stress-ng exit $rc"
+grep -E 'fail|error|skipping|successful' /tmp/out
+"#;
+    let run = guest::run_scenario(&backend, &g, scenario);
+    run.assert_success();
+    // 3 is stress-ng's "no resource": what the skipped stressors below report.
+    assert!(
+        run.console.contains("stress-ng exit 0") || run.console.contains("stress-ng exit 3"),
+        "{}",
+        run.transcript()
+    );
+    assert!(
+        run.console.contains("] successful run completed"),
+        "{}",
+        run.transcript()
+    );
+    for line in run.console.lines() {
+        assert!(
+            !line.contains("fail:") && !line.contains("error:"),
+            "{line}\n{}",
+            run.transcript()
+        );
+        if line.contains("skipping") {
+            assert!(
+                SKIPPED
+                    .iter()
+                    .any(|(s, why)| line.contains(&format!("{s}: {why}"))),
+                "an unexpected skip: {line}"
+            );
+        }
     }
 }
