@@ -35,11 +35,7 @@ done
 }
 
 fn run(branches: &[(&std::path::Path, Mode)], opts: &str) -> guest::GuestRun {
-    let mut b = Backend::union(branches, &["-o", opts]);
-    // One log line per request would flood the log: info level.
-    for a in b.args.iter_mut().filter(|a| *a == "debug") {
-        *a = "info".to_owned();
-    }
+    let b = Backend::union(branches, &["-o", opts]).at_info();
     let g = Guest {
         extra_initrd: vec![guest::fsx_initrd()],
         timeout: Duration::from_secs(300),
@@ -102,13 +98,11 @@ const SKIPPED: [(&str, &str); 3] = [
 #[test]
 fn stress_ng_filesystem_class_passes_with_verify() {
     let (a, b) = (Tmpfs::new("512M"), Tmpfs::new("64M"));
-    let mut backend = Backend::union(
+    let backend = Backend::union(
         &[(a.path(), Mode::Rw), (b.path(), Mode::Ro)],
         &["-o", "minfreespace=1M"],
-    );
-    for arg in backend.args.iter_mut().filter(|a| *a == "debug") {
-        *arg = "info".to_owned();
-    }
+    )
+    .at_info();
     let g = Guest {
         extra_initrd: vec![guest::stress_initrd()],
         mem: "1G".to_owned(),

@@ -16,11 +16,7 @@ use tmpfs::Tmpfs;
 
 /// `extra` daemon arguments at info level (debug logs every request).
 fn backend(t: &Tmpfs, extra: &[&str]) -> Backend {
-    let mut b = Backend::union(&[(t.path(), Mode::Rw)], extra);
-    for a in b.args.iter_mut().filter(|a| *a == "debug") {
-        *a = "info".to_owned();
-    }
-    b
+    Backend::union(&[(t.path(), Mode::Rw)], extra).at_info()
 }
 
 #[test]

@@ -113,11 +113,7 @@ fn parse(lines: &[String]) -> Summary {
 fn run_suite(branches: &[&Tmpfs], opts: &str) -> Summary {
     let specs: Vec<_> = branches.iter().map(|t| (t.path(), Mode::Rw)).collect();
     let opts = format!("minfreespace=1M{opts}");
-    let mut backend = Backend::union(&specs, &["-o", &opts]);
-    // One log line per request would slow the run and flood the log: info level only.
-    for a in backend.args.iter_mut().filter(|a| *a == "debug") {
-        *a = "info".to_owned();
-    }
+    let backend = Backend::union(&specs, &["-o", &opts]).at_info();
     let guest = Guest {
         timeout: Duration::from_secs(600),
         extra_initrd: vec![guest::pjdfstest_initrd()],

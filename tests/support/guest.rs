@@ -90,6 +90,15 @@ impl Backend {
         }
     }
 
+    /// The same daemon logging at info level: one debug line per request would slow a long
+    /// run and flood its log.
+    pub fn at_info(mut self) -> Self {
+        for a in self.args.iter_mut().filter(|a| *a == "debug") {
+            *a = "info".to_owned();
+        }
+        self
+    }
+
     /// Any backend, e.g. the reference virtiofsd:
     /// `Backend::command("virtiofsd", &["--socket-path", "{socket}", "--shared-dir", dir, "--cache", "never"])`.
     pub fn command(program: impl Into<PathBuf>, args: &[&str]) -> Self {
@@ -313,34 +322,39 @@ pub fn pjdfstest_initrd() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot prepare pjdfstest for the guest: {e}"))
 }
 
+/// An archive of `scripts/build-tools-initrd.sh [WHICH]` ("" for the tools), packed once per
+/// test process.
+fn tools_archive(which: &'static str) -> PathBuf {
+    static ARCHIVES: Mutex<Vec<(&str, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let mut packed = ARCHIVES.lock().unwrap_or_else(|e| e.into_inner());
+    let r = match packed.iter().find(|(w, _)| *w == which) {
+        Some((_, r)) => r.clone(),
+        None => {
+            let args: &[&str] = if which.is_empty() { &[] } else { &[which] };
+            let r = run_path_script_args("build-tools-initrd.sh", args);
+            packed.push((which, r.clone()));
+            r
+        }
+    };
+    r.unwrap_or_else(|e| panic!("cannot pack the guest's {which} tools: {e}"))
+}
+
 /// Host programs busybox lacks, for [`Guest::extra_initrd`] (scripts/build-tools-initrd.sh):
 /// flock, cp, sync, stat and xfs_io under `/opt/tools/bin`.
 pub fn tools_initrd() -> PathBuf {
-    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    ARCHIVE
-        .get_or_init(|| run_path_script("build-tools-initrd.sh"))
-        .clone()
-        .unwrap_or_else(|e| panic!("cannot pack the guest tools: {e}"))
+    tools_archive("")
 }
 
 /// stress-ng under `/opt/tools/bin`, for [`Guest::extra_initrd`]
 /// (`scripts/build-tools-initrd.sh stress`).
 pub fn stress_initrd() -> PathBuf {
-    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    ARCHIVE
-        .get_or_init(|| run_path_script_args("build-tools-initrd.sh", &["stress"]))
-        .clone()
-        .unwrap_or_else(|e| panic!("cannot pack stress-ng for the guest: {e}"))
+    tools_archive("stress")
 }
 
 /// fsx under `/opt/tools/bin` and its every-operation mix `/opt/tools/fsx-all.toml`, for
 /// [`Guest::extra_initrd`] (`scripts/build-tools-initrd.sh fsx`).
 pub fn fsx_initrd() -> PathBuf {
-    static ARCHIVE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    ARCHIVE
-        .get_or_init(|| run_path_script_args("build-tools-initrd.sh", &["fsx"]))
-        .clone()
-        .unwrap_or_else(|e| panic!("cannot pack fsx for the guest: {e}"))
+    tools_archive("fsx")
 }
 
 /// The guest kernel from Debian suite `suite` (fetched once per test process and suite).
