@@ -74,7 +74,12 @@ impl Locks {
 
     /// Wakes every waiting request to look at its lock and its cancellation again.
     pub fn wake(&self) {
-        let g = self.lock();
+        self.wake_sleepers(&self.lock());
+    }
+
+    /// Wakes the requests sleeping on `changed`, if any (`g`: the held table, so that no wake
+    /// falls between a waiter's look and its sleep).
+    fn wake_sleepers(&self, g: &Inner) {
         if g.sleepers > 0 {
             self.changed.notify_all();
         }
@@ -87,9 +92,7 @@ impl Locks {
         let n = g.state.count();
         g.state.clear();
         g.fds.clear();
-        if g.sleepers > 0 {
-            self.changed.notify_all();
-        }
+        self.wake_sleepers(&g);
         n
     }
 
@@ -186,29 +189,39 @@ pub fn getlk(fs: &UnionFs, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io:
             ..lk
         });
     };
-    if let Some((_, h)) = g.state.posix_conflict(inode, owner, sp, want) {
-        return Ok(FileLock {
-            start: h.span.start,
-            end: fuse_end(h.span),
-            type_: match h.kind {
-                Shared::Read => libc::F_RDLCK as u32,
-                Shared::Write => libc::F_WRLCK as u32,
-            },
-            pid: h.pid,
-        });
-    }
+    // The guest's own holder when there is one (its pid means something to the guest),
+    // else what the host reports.
+    let (held, kind, pid) = match g.state.posix_conflict(inode, owner, sp, want) {
+        Some((_, h)) => (h.span, h.kind, h.pid),
+        None => {
+            let end = if r.len == 0 {
+                u64::MAX
+            } else {
+                r.start + r.len - 1
+            };
+            let k = if k == Kind::Read {
+                Shared::Read
+            } else {
+                Shared::Write
+            };
+            (
+                Span {
+                    start: r.start,
+                    end,
+                },
+                k,
+                0,
+            )
+        }
+    };
     Ok(FileLock {
-        start: r.start,
-        end: if r.len == 0 {
-            i64::MAX as u64
-        } else {
-            r.start + r.len - 1
+        start: held.start,
+        end: fuse_end(held),
+        type_: match kind {
+            Shared::Read => libc::F_RDLCK as u32,
+            Shared::Write => libc::F_WRLCK as u32,
         },
-        type_: match k {
-            Kind::Read => libc::F_RDLCK as u32,
-            _ => libc::F_WRLCK as u32,
-        },
-        pid: 0,
+        pid,
     })
 }
 
@@ -333,8 +346,8 @@ pub fn setlk(
         r.as_ref().map_err(|e| e.raw_os_error())
     );
     // Anything but a new lock may let a waiting request through.
-    if r.is_ok() && g.sleepers > 0 {
-        locks.changed.notify_all();
+    if r.is_ok() {
+        locks.wake_sleepers(&g);
     }
     r
 }
@@ -442,9 +455,7 @@ pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
     let mut g = fs.locks.lock();
     g.fds.remove(&(inode, owner));
     g.state.drop_posix_owner(inode, owner);
-    if g.sleepers > 0 {
-        fs.locks.changed.notify_all();
-    }
+    fs.locks.wake_sleepers(&g);
 }
 
 /// RELEASE of handle `fh` (after its descriptor was closed): its flock lock is gone.
@@ -452,8 +463,6 @@ pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
     let mut g = fs.locks.lock();
     if g.state.flock_held(inode, fh).is_some() {
         g.state.flock_set(inode, fh, None, 0);
-        if g.sleepers > 0 {
-            fs.locks.changed.notify_all();
-        }
+        fs.locks.wake_sleepers(&g);
     }
 }
