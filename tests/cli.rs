@@ -212,9 +212,12 @@ fn help_lists_every_option_and_capabilities_are_json() {
     let (code, out, _) = run(&["--print-capabilities"]);
     assert_eq!(code, 0);
     let compact: String = out.split_whitespace().collect();
-    // separate-options: libvirt may pass --shared-dir and friends; no migrate-precopy (no
-    // migration support).
-    assert_eq!(compact, r#"{"type":"fs","features":["separate-options"]}"#);
+    // migrate-precopy: the device state moves with the VM (libvirt then allows migrating and
+    // saving the domain); separate-options: libvirt may pass --shared-dir and friends.
+    assert_eq!(
+        compact,
+        r#"{"type":"fs","features":["migrate-precopy","separate-options"]}"#
+    );
 }
 
 /// scripts/install.sh puts the daemon, the vhost-user descriptor (pointing at it), the man

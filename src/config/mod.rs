@@ -15,6 +15,7 @@ use crate::args::{
     SeccompAction, Translate,
 };
 use crate::fs::FsConfig;
+use crate::fs::session::FindBy;
 use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
 use registry::Settings;
@@ -232,6 +233,11 @@ impl TryFrom<Args> for Config {
                 return Err(ConfigError::MigrationFlag("--migration-confirm-paths"));
             }
         }
+        let mut migration = migration(&args);
+        migration.export.handles_allowed = settings.opts.file_handles
+            != crate::fs::options::FileHandles::Never
+            || migration.export.find_by == FindBy::FileHandles
+            || migration.export.verify_handles;
         let confinement = Confinement {
             sandbox: args
                 .sandbox
@@ -244,7 +250,7 @@ impl TryFrom<Args> for Config {
             translate_uid: args.translate_uid.clone(),
             translate_gid: args.translate_gid.clone(),
             keep_sys_admin: settings.opts.cow,
-            file_handles: settings.opts.file_handles != crate::fs::options::FileHandles::Never,
+            file_handles: migration.export.handles_allowed,
         };
         check_sandbox(&confinement, rustix::process::geteuid().is_root())?;
         Ok(Config {
@@ -257,6 +263,7 @@ impl TryFrom<Args> for Config {
                 tag: args.tag.clone(),
                 socket_group,
                 allow_mmap: args.allow_mmap,
+                migration,
             },
             fs: FsConfig {
                 branches,
@@ -405,13 +412,6 @@ fn apply_virtiofsd(
             A::Mandatory => F::Mandatory,
         };
     }
-    if args.migration_mode.is_some()
-        || args.migration_on_error.is_some()
-        || args.migration_verify_handles
-        || args.migration_confirm_paths
-    {
-        notes.push("--migration-*: migration is not supported".into());
-    }
     Ok(())
 }
 
@@ -471,6 +471,28 @@ fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
         out.extend(paths.into_iter().map(|path| Branch { path, ..b.clone() }));
     }
     Ok(out)
+}
+
+/// `--migration-*`, with virtiofsd's meaning (`handles_allowed` is left for the caller, who
+/// knows whether nodes use file handles).
+fn migration(args: &Args) -> crate::vhost::Migration {
+    use crate::fs::session::{ExportOptions, OnError};
+    let find_by = match args.migration_mode {
+        Some(MigrationMode::FileHandles) => FindBy::FileHandles,
+        _ => FindBy::Paths,
+    };
+    crate::vhost::Migration {
+        export: ExportOptions {
+            handles_allowed: false,
+            find_by,
+            verify_handles: args.migration_verify_handles,
+            confirm_paths: args.migration_confirm_paths,
+        },
+        on_error: match args.migration_on_error {
+            Some(crate::args::MigrationOnError::GuestError) => OnError::GuestError,
+            _ => OnError::Abort,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -627,8 +649,25 @@ mod tests {
             with(&["--migration-mode=file-handles", "--migration-confirm-paths"]),
             Err(ConfigError::MigrationFlag("--migration-confirm-paths"))
         ));
-        let c = with(&["--migration-mode=find-paths", "--migration-verify-handles"]).unwrap();
-        assert_eq!(c.notes, ["--migration-*: migration is not supported"]);
+        let c = with(&[
+            "--migration-mode=find-paths",
+            "--migration-verify-handles",
+            "--migration-on-error=guest-error",
+            "--inode-file-handles=never",
+        ])
+        .unwrap();
+        assert!(c.notes.is_empty());
+        let m = c.daemon.migration;
+        assert_eq!(m.export.find_by, FindBy::Paths);
+        assert!(m.export.verify_handles && !m.export.confirm_paths);
+        // Verifying handles makes them, so the sandbox allows it even without handle nodes.
+        assert!(m.export.handles_allowed && c.confinement.file_handles);
+        assert_eq!(m.on_error, crate::fs::session::OnError::GuestError);
+        let c = with(&["--inode-file-handles=never"]).unwrap();
+        assert!(!c.daemon.migration.export.handles_allowed && !c.confinement.file_handles);
+        let c = with(&["--migration-mode=file-handles"]).unwrap();
+        assert_eq!(c.daemon.migration.export.find_by, FindBy::FileHandles);
+        assert_eq!(c.daemon.migration.on_error, crate::fs::session::OnError::Abort);
         // virtiofsd lowercases --cache, --sandbox and --log-level; cache=never drops READDIRPLUS.
         let c = with(&["--cache=NEVER", "--sandbox=None", "--log-level=DEBUG"]).unwrap();
         assert!(!c.fs.opts.readdirplus);

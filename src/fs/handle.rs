@@ -38,6 +38,12 @@ pub enum Handle {
     File(FileHandle),
     /// A directory.
     Dir(DirHandle),
+    /// A file or directory not found again after a migration (`--migration-on-error=
+    /// guest-error`): every use but its release answers EIO.
+    Lost {
+        /// The node it was opened for.
+        inode: u64,
+    },
 }
 
 /// Maps FUSE file handles to open files and directories.
@@ -59,6 +65,10 @@ fn ebadf() -> io::Error {
     io::Error::from_raw_os_error(libc::EBADF)
 }
 
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
 impl HandleTable {
     /// Stores a handle and returns its number.
     pub fn insert(&self, h: Handle) -> u64 {
@@ -77,8 +87,40 @@ impl HandleTable {
         let h = self.get(fh)?;
         match &*h {
             Handle::File(f) if f.inode == inode => Ok(h),
+            Handle::Lost { inode: i } if *i == inode => Err(eio()),
             _ => Err(ebadf()),
         }
+    }
+
+    /// Removes `fh` if it is a lost handle of `inode` (its release); whether it was.
+    pub fn remove_lost(&self, fh: u64, inode: u64) -> bool {
+        let mut map = self.map.writing();
+        let lost = matches!(map.get(&fh).map(|h| &**h), Some(Handle::Lost { inode: i }) if *i == inode);
+        if lost {
+            map.remove(&fh);
+        }
+        lost
+    }
+
+    /// Every handle with its number, in number order, and the next number (for a session
+    /// image).
+    pub fn entries(&self) -> (Vec<(u64, Arc<Handle>)>, u64) {
+        let map = self.map.reading();
+        let mut out: Vec<_> = map.iter().map(|(k, v)| (*k, v.clone())).collect();
+        out.sort_unstable_by_key(|e| e.0);
+        (out, self.next.load(Ordering::Relaxed))
+    }
+
+    /// Replaces every handle with `entries`; numbers continue from `next` (never below the
+    /// numbers already given out, so none is reused).
+    pub fn restore(&self, entries: Vec<(u64, Handle)>, next: u64) {
+        let mut map = self.map.writing();
+        map.clear();
+        let top = entries.iter().map(|e| e.0 + 1).max().unwrap_or(1);
+        for (fh, h) in entries {
+            map.insert(fh, Arc::new(h));
+        }
+        self.next.fetch_max(next.max(top), Ordering::Relaxed);
     }
 
     /// Removes `fh`; EBADF if it was not there.
@@ -103,6 +145,7 @@ impl Handle {
         match self {
             Handle::File(f) => Ok(f),
             Handle::Dir(_) => Err(ebadf()),
+            Handle::Lost { .. } => Err(eio()),
         }
     }
 
@@ -111,6 +154,7 @@ impl Handle {
         match self {
             Handle::Dir(d) => Ok(d),
             Handle::File(_) => Err(ebadf()),
+            Handle::Lost { .. } => Err(eio()),
         }
     }
 }

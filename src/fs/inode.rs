@@ -24,6 +24,9 @@ use std::sync::{Arc, RwLock};
 
 use crate::sys::handle::FileHandle;
 
+mod image;
+pub use image::{NodeRecord, Restored};
+
 /// The FUSE root node id.
 pub const ROOT_ID: u64 = 1;
 
@@ -49,6 +52,8 @@ pub struct Bind {
 pub enum Bound {
     /// By an open `O_PATH` descriptor, on this branch.
     Open(usize, Arc<OwnedFd>),
+    /// Its object was not found again after a migration: EIO.
+    Lost,
     /// Closed to stay within the table's capacity: reopen it by `handle`, or without one by
     /// the node's path on `branch`, and check that it is still `key`.
     Closed {
@@ -84,6 +89,9 @@ struct Node {
     bound: Option<Hold>,
     /// When it was last used (the table's clock), for closing the least recently used.
     used: AtomicU64,
+    /// Its object could not be found again after a migration (`--migration-on-error=
+    /// guest-error`): operations on it answer EIO.
+    lost: bool,
 }
 
 struct Inner {
@@ -182,6 +190,7 @@ impl Inner {
                 stamp: None,
                 bound: None,
                 used: AtomicU64::new(0),
+                lost: false,
             },
         );
         self.hold(id, found);
@@ -288,6 +297,7 @@ impl InodeTable {
                 stamp: None,
                 bound: None,
                 used: AtomicU64::new(0),
+                lost: false,
             },
         );
         InodeTable {
@@ -501,6 +511,9 @@ impl InodeTable {
     pub fn bound(&self, id: u64) -> Option<Bound> {
         let inner = self.inner.reading();
         let n = inner.nodes.get(&id)?;
+        if n.lost {
+            return Some(Bound::Lost);
+        }
         let h = n.bound.as_ref()?;
         n.used.store(self.tick(), Ordering::Relaxed);
         Some(match &h.fd {

@@ -304,6 +304,31 @@ impl LockState {
         by
     }
 
+    /// Every POSIX lock: (node, owner, lock), sorted (for a session image).
+    pub fn posix_all(&self) -> Vec<(u64, u64, Held)> {
+        let mut out: Vec<(u64, u64, Held)> = self
+            .posix
+            .iter()
+            .flat_map(|(n, m)| {
+                m.iter()
+                    .flat_map(move |(o, l)| l.iter().map(move |h| (*n, *o, *h)))
+            })
+            .collect();
+        out.sort_unstable_by_key(|(n, o, h)| (*n, *o, h.span.start));
+        out
+    }
+
+    /// Every flock lock: (node, handle, kind, pid), sorted (for a session image).
+    pub fn flock_all(&self) -> Vec<(u64, u64, Shared, u32)> {
+        let mut out: Vec<_> = self
+            .flock
+            .iter()
+            .flat_map(|(n, m)| m.iter().map(move |(h, (k, p))| (*n, *h, *k, *p)))
+            .collect();
+        out.sort_unstable_by_key(|(n, h, ..)| (*n, *h));
+        out
+    }
+
     /// Every POSIX lock and flock lock this table holds, counted (for the session-end log).
     pub fn count(&self) -> usize {
         let posix: usize = self

@@ -18,6 +18,7 @@ pub mod options;
 pub mod own;
 mod readdir_snapshot;
 mod resolve;
+pub mod session;
 
 use std::ffi::CStr;
 use std::io;

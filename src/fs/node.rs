@@ -32,7 +32,7 @@ impl UnionFs {
 
     /// The file handle of `fd` on `branch`, when nodes use handles there and the object is on
     /// the branch root's own filesystem (a handle only means something with its mount).
-    fn handle_of(&self, branch: usize, fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<FileHandle>> {
+    pub(crate) fn handle_of(&self, branch: usize, fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<FileHandle>> {
         let mount = self.handle_mount(branch)?;
         match handle::name_to_handle(fd) {
             Ok((h, m)) if m == mount.id => Some(Arc::new(h)),
@@ -81,6 +81,7 @@ impl UnionFs {
     pub(crate) fn node_fd(&self, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
         let (branch, handle, key) = match self.inodes.bound(inode) {
             None => return Ok(None),
+            Some(Bound::Lost) => return Err(errno(libc::EIO)),
             Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd))),
             Some(Bound::Closed {
                 branch,

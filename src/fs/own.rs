@@ -16,6 +16,19 @@ fn enosys<T>() -> io::Result<T> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
+/// Why a waiting request was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// FUSE_INTERRUPT, or the end of the session: EINTR (the guest restarts the call, or it
+    /// is gone).
+    Interrupt,
+    /// Its ring is being stopped (a migration, a snapshot, a pause) and must not keep a request
+    /// in flight: the wait ends as a lock wait that found no way through (EDEADLK for POSIX,
+    /// ENOLCK for flock), which programs handle, where EINTR without a signal would reach them
+    /// as errno 512.
+    RingStop,
+}
+
 /// See the module documentation.
 pub trait OwnOps {
     /// GETLK: the lock that would conflict with `lk` for `owner` on `inode`'s handle `fh`.
@@ -32,7 +45,7 @@ pub trait OwnOps {
     }
 
     /// SETLK/SETLKW (`wait`), POSIX or `flock`; a waiting request asks `cancelled` whenever
-    /// it is woken ([`OwnOps::wake_waits`]) and answers EINTR when it says so.
+    /// it is woken ([`OwnOps::wake_waits`]) and ends as [`Cancel`] says.
     #[allow(clippy::too_many_arguments)]
     fn lock_set(
         &self,
@@ -43,7 +56,7 @@ pub trait OwnOps {
         lk: FileLock,
         flock: bool,
         wait: bool,
-        cancelled: &dyn Fn() -> bool,
+        cancelled: &dyn Fn() -> Option<Cancel>,
     ) -> io::Result<()> {
         let _ = (ctx, inode, fh, owner, lk, flock, wait, cancelled);
         enosys()
@@ -140,7 +153,7 @@ impl OwnOps for super::UnionFs {
         lk: FileLock,
         flock: bool,
         wait: bool,
-        cancelled: &dyn Fn() -> bool,
+        cancelled: &dyn Fn() -> Option<Cancel>,
     ) -> io::Result<()> {
         if !self.cfg.opts.host_locks {
             return enosys();

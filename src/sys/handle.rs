@@ -36,6 +36,25 @@ impl FileHandle {
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
+
+    /// Its `handle_type`.
+    pub fn kind(&self) -> i32 {
+        self.kind
+    }
+
+    /// Its `f_handle` bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// A handle from its parts (as a session image carries them); None when no filesystem
+    /// could have made it (empty, or longer than `MAX_HANDLE_SZ`).
+    pub fn from_parts(kind: i32, bytes: &[u8]) -> Option<Self> {
+        (!bytes.is_empty() && bytes.len() <= MAX_HANDLE_SZ).then(|| FileHandle {
+            kind,
+            bytes: bytes.into(),
+        })
+    }
 }
 
 /// The handle of the object `fd` refers to (any descriptor, `O_PATH` included) and the id of

@@ -9,8 +9,11 @@ use std::sync::{Arc, RwLock};
 
 use fuse_backend_rs::api::filesystem::FileSystem;
 use log::{debug, info, warn};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
+use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
@@ -24,10 +27,13 @@ use super::dispatch::Dispatcher;
 use super::dispatch::Place;
 use super::pool::Pool;
 
-/// Guest memory as the vhost-user handler maps it (no dirty-page logging).
-pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap<()>>;
+/// How guest memory marks what the daemon writes into it: nothing until the front-end
+/// shares a dirty log (VHOST_USER_SET_LOG_BASE, for a migration), then every page written.
+pub type Logged = vhost_user_backend::bitmap::BitmapMmapRegion;
+/// Guest memory as the vhost-user handler maps it.
+pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap<Logged>>;
 /// One virtqueue shared between its event-loop thread and the workers.
-pub type Vring = VringRwLock<GuestMem>;
+pub type Vring = super::vring::FsVring;
 
 /// Largest queue size we accept; QEMU's vhost-user-fs allows at most 1024.
 pub const MAX_QUEUE_SIZE: usize = 1024;
@@ -66,6 +72,15 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
     waiting: WaitThreads,
     /// `--tag`: offered in the config space with VHOST_USER_PROTOCOL_F_CONFIG.
     tag: Option<String>,
+    /// How the session moves (`--migration-*`).
+    migration: super::Migration,
+    /// Moving the session: the thread saving or loading the device state, for
+    /// CHECK_DEVICE_STATE to join.
+    transfer: std::sync::Mutex<Option<std::thread::JoinHandle<io::Result<()>>>>,
+    /// The device state was saved and the host locks let go: if the rings start again here
+    /// (the migration failed, or a snapshot was taken of a running guest), the locks are
+    /// taken again.
+    saved: Arc<AtomicBool>,
 }
 
 impl<F> FsBackend<F>
@@ -78,6 +93,7 @@ where
         num_request_queues: u16,
         thread_pool_size: usize,
         tag: Option<String>,
+        migration: super::Migration,
     ) -> io::Result<Self> {
         let pool = match thread_pool_size {
             0 => None,
@@ -91,7 +107,84 @@ where
             pool,
             waiting: WaitThreads::default(),
             tag,
+            migration,
+            transfer: Default::default(),
+            saved: Default::default(),
         })
+    }
+
+    /// Gives each ring what its stop and start do: a stop ends the lock waits (their replies
+    /// must be written before the ring's position is read); a start after a save takes the
+    /// host locks again.
+    fn hook_rings(&self, vrings: &[Vring]) {
+        for v in vrings {
+            v.flight().set_hooks(|| {
+                let d = self.dispatcher.clone();
+                let saved = self.saved.clone();
+                let d2 = d.clone();
+                let stop: super::vring::Hook = Box::new(move || {
+                    d2.stop_waits();
+                });
+                let start: super::vring::Hook = Box::new(move || {
+                    if saved.swap(false, Ordering::AcqRel) {
+                        resume(&d);
+                    }
+                });
+                (stop, start)
+            });
+        }
+    }
+
+    /// SET_DEVICE_STATE_FD: starts saving the session into `file` or loading it from there.
+    fn start_transfer(&self, direction: VhostTransferStateDirection, file: std::fs::File) -> io::Result<()> {
+        let d = self.dispatcher.clone();
+        let m = self.migration;
+        let saved = self.saved.clone();
+        let job: Box<dyn FnOnce() -> io::Result<()> + Send> = match direction {
+            VhostTransferStateDirection::SAVE => Box::new(move || {
+                // A snapshot may come without a ring stop that ended them.
+                d.stop_waits();
+                let t = std::time::Instant::now();
+                let bytes = d.save_state(m.export);
+                let mut file = file;
+                std::io::Write::write_all(&mut file, &bytes)?;
+                drop(file);
+                let locks = d.fs.release_host_locks();
+                saved.store(true, Ordering::Release);
+                info!(
+                    "device state saved: {} bytes in {:.1} ms; {locks} host locks let go for the next daemon",
+                    bytes.len(),
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                Ok(())
+            }),
+            VhostTransferStateDirection::LOAD => Box::new(move || {
+                let t = std::time::Instant::now();
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut { file }, &mut bytes)?;
+                let done = d.load_state(&bytes, m.on_error).inspect_err(|e| {
+                    log::error!("cannot load the device state: {e}");
+                })?;
+                info!(
+                    "device state loaded: {} bytes in {:.1} ms: {} nodes, {} open files, {} locks, {} lost",
+                    bytes.len(),
+                    t.elapsed().as_secs_f64() * 1e3,
+                    done.nodes,
+                    done.handles,
+                    done.locks,
+                    done.lost
+                );
+                Ok(())
+            }),
+        };
+        let handle = std::thread::Builder::new()
+            .name("device-state".into())
+            .spawn(job)?;
+        if let Some(old) = self.transfer.locked().replace(handle) {
+            warn!("a device state transfer was never checked");
+            let _ = old.join();
+        }
+        Ok(())
     }
 
     /// Stops the worker pool (queued requests still finish; new ones are served inline).
@@ -119,6 +212,7 @@ where
                 vring.disable_notification().map_err(io::Error::other)?;
             }
             while let Some((chain, queue_size)) = pop() {
+                vring.flight().begin();
                 let head = chain.head_index();
                 let place = super::dispatch::placement(&chain);
                 if place == Place::Here || (place == Place::Worker && self.pool.is_none()) {
@@ -193,16 +287,27 @@ impl WaitThreads {
 
 /// Returns a served chain to the guest and notifies it if needed.
 fn complete(vring: &Vring, head: u16, len: u32, event_idx: bool) {
-    let mut state = vring.get_mut();
-    if let Err(e) = state.add_used(head, len) {
-        warn!("cannot return descriptor {head} to the used ring: {e}");
-        return;
-    }
-    let notify = !event_idx || state.needs_notification().unwrap_or(true);
-    if notify {
-        if let Err(e) = state.signal_used_queue() {
-            warn!("cannot signal used queue: {e}");
+    {
+        let mut state = vring.get_mut();
+        if let Err(e) = state.add_used(head, len) {
+            warn!("cannot return descriptor {head} to the used ring: {e}");
+        } else if !event_idx || state.needs_notification().unwrap_or(true) {
+            if let Err(e) = state.signal_used_queue() {
+                warn!("cannot signal used queue: {e}");
+            }
         }
+    }
+    vring.flight().end();
+}
+
+/// The rings start again on this daemon after its device state was saved: the session did
+/// not move, so the host locks let go for the next daemon are taken again.
+fn resume<F: super::dispatch::ServedFs>(d: &Dispatcher<F>) {
+    let lost = d.fs.retake_host_locks();
+    if lost == 0 {
+        info!("rings started again after the device state was saved: the guest's locks are held again");
+    } else {
+        log::error!("rings started again after the device state was saved: {lost} guest locks were taken by others meanwhile");
     }
 }
 
@@ -210,7 +315,7 @@ impl<F> VhostUserBackend for FsBackend<F>
 where
     F: super::dispatch::ServedFs,
 {
-    type Bitmap = ();
+    type Bitmap = Logged;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -226,6 +331,7 @@ where
             | (1 << VIRTIO_RING_F_INDIRECT_DESC)
             | (1 << VIRTIO_RING_F_EVENT_IDX)
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -241,6 +347,41 @@ where
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::DEVICE_STATE
+    }
+
+    fn acked_features(&self, features: u64) {
+        if features & VhostUserVirtioFeatures::LOG_ALL.bits() != 0 {
+            info!("front-end logs dirty memory: a migration begins");
+        }
+    }
+
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        file: std::fs::File,
+    ) -> io::Result<Option<std::fs::File>> {
+        if phase != VhostTransferStatePhase::STOPPED {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("device state transfer in phase {phase:?}"),
+            ));
+        }
+        self.start_transfer(direction, file)?;
+        Ok(None)
+    }
+
+    fn check_device_state(&self) -> io::Result<()> {
+        let Some(t) = self.transfer.locked().take() else {
+            return Err(io::Error::other(
+                "CHECK_DEVICE_STATE without a device state transfer",
+            ));
+        };
+        t.join()
+            .map_err(|_| io::Error::other("the device state thread panicked"))?
+            .inspect_err(|e| log::error!("device state transfer failed: {e}"))
     }
 
     fn reset_device(&self) {
@@ -292,6 +433,7 @@ where
             return Ok(());
         };
         debug!("queue {thread_id}: kick");
+        self.hook_rings(vrings);
         if let Err(e) = self.drain(vring, &mem) {
             warn!("queue {thread_id}: {e}");
         }

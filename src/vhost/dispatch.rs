@@ -21,17 +21,28 @@ use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{GuestMemory, GuestMemoryMmap};
 
+/// A request's view of guest memory (writes into it are logged while migrating).
+type Slice = Logged;
+
 use super::init::{self, Negotiated};
 use super::opcode::{self, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::waiters::Waiters;
 use crate::fs::own::OwnOps;
+use crate::fs::session::Sessions;
+use super::backend::Logged;
 
 /// What the dispatcher needs of a filesystem: fuse-backend-rs's `FileSystem` for what its
 /// `Server` answers, and [`OwnOps`] for what this project answers itself.
-pub trait ServedFs: FileSystem<Inode = u64, Handle = u64> + OwnOps + Send + Sync + 'static {}
+pub trait ServedFs:
+    FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
+{
+}
 
-impl<T: FileSystem<Inode = u64, Handle = u64> + OwnOps + Send + Sync + 'static> ServedFs for T {}
+impl<T> ServedFs for T where
+    T: FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
+{
+}
 
 /// Turns descriptor chains into FUSE replies for one filesystem. Shared by all queue threads
 /// and workers.
@@ -176,11 +187,60 @@ where
         );
     }
 
+    /// Ends the requests that wait without bound (lock waits), because the rings stop (see
+    /// [`crate::fs::own::Cancel::RingStop`]). Whether there were any.
+    pub fn stop_waits(&self) -> bool {
+        let n = self.waiters.stop_all();
+        if n > 0 {
+            log::info!("rings stopping: {n} lock waits end");
+            self.fs.wake_waits();
+        }
+        n > 0
+    }
+
+    /// The device state (see `state.rs`): what INIT negotiated and the filesystem's session.
+    pub fn save_state(&self, opts: crate::fs::session::ExportOptions) -> Vec<u8> {
+        let limits = self.limits();
+        super::state::encode(&super::state::DeviceStateV1 {
+            max_pages: limits.max_pages,
+            max_write: limits.max_write,
+            session: self.fs.export(opts),
+        })
+    }
+
+    /// Makes the device state in `bytes` this device's (see `state.rs`).
+    pub fn load_state(
+        &self,
+        bytes: &[u8],
+        on_error: crate::fs::session::OnError,
+    ) -> std::io::Result<crate::fs::session::Imported> {
+        let s = super::state::decode(bytes).map_err(std::io::Error::other)?;
+        let lim = s.negotiated();
+        let max_write = usize::from(init::MAX_PAGES_LIMIT) * self.page_size;
+        if lim.max_pages == 0
+            || lim.max_pages > init::MAX_PAGES_LIMIT
+            || lim.max_write as usize > max_write
+        {
+            return Err(std::io::Error::other(format!(
+                "device state negotiated max_pages={} max_write={}, outside 1..={} and {max_write}",
+                lim.max_pages,
+                lim.max_write,
+                init::MAX_PAGES_LIMIT
+            )));
+        }
+        let done = self
+            .fs
+            .import(s.session, on_error)
+            .map_err(std::io::Error::other)?;
+        self.limits.store(lim.pack(), Ordering::Release);
+        Ok(done)
+    }
+
     /// Serves the request in `chain`, arriving on a queue of `queue_size` entries. Returns the
     /// number of bytes written into the chain, for `add_used`. Never panics on guest input.
     pub fn handle<M>(&self, chain: DescriptorChain<M>, queue_size: u16) -> u32
     where
-        M: Deref<Target = GuestMemoryMmap<()>> + Clone,
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
         let head = chain.head_index();
         let mem = chain.memory();
@@ -243,15 +303,15 @@ where
         &self,
         hdr: &InHeader,
         info: opcode::OpInfo,
-        r: Reader<'_, ()>,
+        r: Reader<'_, Slice>,
         mem: &M::Target,
         chain: &DescriptorChain<M>,
         queue_size: u16,
     ) -> Result<usize, RequestError>
     where
-        M: Deref<Target = GuestMemoryMmap<()>> + Clone,
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
-        let mut w: Writer<'_, ()> = VirtioFsWriter::new(mem, chain.clone())
+        let mut w: Writer<'_, Slice> = VirtioFsWriter::new(mem, chain.clone())
             .map_err(RequestError::Chain)?
             .into();
         let op = hdr.opcode;
@@ -281,8 +341,8 @@ where
     pub(super) fn serve_copy(
         &self,
         hdr: &InHeader,
-        mut r: Reader<'_, ()>,
-        w: Writer<'_, ()>,
+        mut r: Reader<'_, Slice>,
+        w: Writer<'_, Slice>,
     ) -> Result<usize, RequestError> {
         use vm_memory::ByteValued;
         REQUEST.with(|buf| {

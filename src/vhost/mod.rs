@@ -9,8 +9,10 @@ mod opcode;
 mod own;
 mod pool;
 mod reply;
+mod state;
 #[cfg(test)]
 mod tests;
+mod vring;
 mod waiters;
 
 use std::os::unix::io::RawFd;
@@ -57,6 +59,19 @@ pub struct DaemonConfig {
     pub allow_mmap: bool,
     /// Group that gets the socket (`--socket-group`): group read/write, no access for others.
     pub socket_group: Option<u32>,
+    /// How the session moves to another daemon (`--migration-*`).
+    pub migration: Migration,
+}
+
+/// How the session moves to another daemon (migration, snapshots): how the source describes
+/// it and what the destination does with what it cannot find again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Migration {
+    /// The source's side (`--migration-mode`, `--migration-verify-handles`,
+    /// `--migration-confirm-paths`).
+    pub export: crate::fs::session::ExportOptions,
+    /// The destination's side (`--migration-on-error`).
+    pub on_error: crate::fs::session::OnError,
 }
 
 /// Errors setting up or running the vhost-user daemon.
@@ -110,10 +125,10 @@ pub enum Error {
 
 /// The JSON `--print-capabilities` prints (vhost-user.rst "backend program conventions"):
 /// the device type and the features this daemon really has. `separate-options` tells libvirt it
-/// may pass `--shared-dir`, `--cache`… instead of one `-o` string; `migrate-precopy` is not
-/// listed, as migration is not supported.
+/// may pass `--shared-dir`, `--cache`… instead of one `-o` string; `migrate-precopy` that
+/// the device state moves with the VM (libvirt then lets a domain using it migrate).
 pub fn capabilities_json() -> &'static str {
-    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}"
+    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"migrate-precopy\",\n    \"separate-options\"\n  ]\n}"
 }
 
 /// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
@@ -207,6 +222,7 @@ impl Bound {
             cfg.num_request_queues,
             cfg.thread_pool_size,
             cfg.tag.clone(),
+            cfg.migration,
         )
         .map_err(Error::StartWorkers)?;
         Ok(Daemon {
@@ -239,7 +255,7 @@ where
     /// Serves one frontend until it disconnects (Ok) or SIGTERM/SIGINT arrives (Ok); stops the
     /// queue and worker threads before returning.
     pub fn run(self) -> Result<(), Error> {
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<()>::new());
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<backend::Logged>::new());
         let mut daemon =
             VhostUserDaemon::new("union-virtiofsd".to_string(), self.backend.clone(), mem)
                 .map_err(Error::CreateDaemon)?;

@@ -22,8 +22,8 @@ impl<F: ServedFs> Dispatcher<F> {
         &self,
         own: Own,
         hdr: &InHeader,
-        mut r: Reader<'_, ()>,
-        mut w: Writer<'_, ()>,
+        mut r: Reader<'_, super::backend::Logged>,
+        mut w: Writer<'_, super::backend::Logged>,
         queue_size: u16,
     ) -> Result<usize, RequestError> {
         if own == Own::Init {
@@ -73,7 +73,7 @@ impl<F: ServedFs> Dispatcher<F> {
                         arg.lk,
                         flock,
                         false,
-                        &|| false,
+                        &|| None,
                     )
                 };
                 match res {

@@ -30,6 +30,7 @@ struct FakeFs {
 }
 
 impl crate::fs::own::OwnOps for FakeFs {}
+impl crate::fs::session::Sessions for FakeFs {}
 
 impl FileSystem for FakeFs {
     type Inode = u64;
@@ -83,7 +84,7 @@ impl FileSystem for FakeFs {
     }
 }
 
-fn memory() -> GuestMemoryMmap<()> {
+fn memory() -> GuestMemoryMmap<crate::vhost::backend::Logged> {
     GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()
 }
 
@@ -109,7 +110,7 @@ fn message(hdr: InHeader, parts: &[&[u8]]) -> Vec<u8> {
 /// it on a queue of `queue_size`, and returns (used length, reply bytes).
 fn serve(
     d: &Dispatcher<FakeFs>,
-    mem: &GuestMemoryMmap<()>,
+    mem: &GuestMemoryMmap<crate::vhost::backend::Logged>,
     request: &[u8],
     reply_len: u32,
     queue_size: u16,
@@ -146,7 +147,7 @@ fn out_header(reply: &[u8]) -> OutHeader {
         .unwrap()
 }
 
-fn init(d: &Dispatcher<FakeFs>, mem: &GuestMemoryMmap<()>, queue_size: u16) -> InitOut {
+fn init(d: &Dispatcher<FakeFs>, mem: &GuestMemoryMmap<crate::vhost::backend::Logged>, queue_size: u16) -> InitOut {
     let arg = InitIn {
         major: 7,
         minor: 38,
@@ -356,7 +357,7 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     vring.set_queue_ready(true);
     vring.set_enabled(true);
 
-    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2, None).unwrap();
+    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2, None, Default::default()).unwrap();
     assert_eq!(backend.num_queues(), 2);
     assert_eq!(backend.queues_per_thread(), vec![1, 2]);
     backend.update_memory(atomic).unwrap();
@@ -479,7 +480,7 @@ fn a_request_is_decoded_from_guest_memory_once() {
     let chain = vq.build_desc_chain(&descs).unwrap();
     let mut r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
     r.read_obj::<InHeader>().unwrap();
-    let w: Writer<'_, ()> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+    let w: Writer<'_, crate::vhost::backend::Logged> = VirtioFsWriter::new(&mem, chain).unwrap().into();
     let n = d.serve_copy(&seen, r, w).unwrap();
     let mut reply = vec![0u8; n];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))

@@ -5,7 +5,9 @@
 
 use crate::sync::LockRecover;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::fs::own::Cancel;
 use std::sync::{Arc, Mutex};
 
 /// The waiting requests.
@@ -18,7 +20,7 @@ pub(crate) struct Waiters {
 /// other, whichever comes first.
 #[derive(Default)]
 struct Inner {
-    map: HashMap<u64, Arc<AtomicBool>>,
+    map: HashMap<u64, Arc<AtomicU8>>,
     /// Interrupts that came before their request registered (the request runs on another
     /// thread and may not have started): the request is cancelled when it does.
     early: VecDeque<u64>,
@@ -28,17 +30,26 @@ struct Inner {
 /// cannot grow this).
 const EARLY: usize = 256;
 
+/// A registration's mark: not cancelled, interrupted, its ring stopping.
+const NOT: u8 = 0;
+const INTERRUPTED: u8 = 1;
+const STOPPED: u8 = 2;
+
 /// A registered wait; deregisters on drop.
 pub(crate) struct Registration<'a> {
     waiters: &'a Waiters,
     unique: u64,
-    cancelled: Arc<AtomicBool>,
+    cancelled: Arc<AtomicU8>,
 }
 
 impl Registration<'_> {
-    /// Whether the wait was interrupted.
-    pub(crate) fn cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
+    /// Whether (and why) the wait was cancelled.
+    pub(crate) fn cancelled(&self) -> Option<Cancel> {
+        match self.cancelled.load(Ordering::Acquire) {
+            NOT => None,
+            INTERRUPTED => Some(Cancel::Interrupt),
+            _ => Some(Cancel::RingStop),
+        }
     }
 }
 
@@ -62,7 +73,7 @@ impl Waiters {
             .position(|&u| u == unique)
             .map(|i| inner.early.remove(i))
             .is_some();
-        let cancelled = Arc::new(AtomicBool::new(early));
+        let cancelled = Arc::new(AtomicU8::new(if early { INTERRUPTED } else { NOT }));
         inner.map.insert(unique, cancelled.clone());
         drop(inner);
         Registration {
@@ -77,7 +88,7 @@ impl Waiters {
     pub(crate) fn interrupt(&self, unique: u64) -> bool {
         let mut inner = self.lock();
         if let Some(c) = inner.map.get(&unique) {
-            c.store(true, Ordering::Release);
+            c.store(INTERRUPTED, Ordering::Release);
             return true;
         }
         if inner.early.len() == EARLY {
@@ -90,7 +101,17 @@ impl Waiters {
     /// Cancels every waiting request (the session is over). The caller then wakes the waits.
     pub(crate) fn interrupt_all(&self) {
         for c in self.lock().map.values() {
-            c.store(true, Ordering::Release);
+            c.store(INTERRUPTED, Ordering::Release);
         }
+    }
+
+    /// Ends every waiting request because the rings stop (see [`Cancel::RingStop`]); how many
+    /// there were. The caller then wakes the waits.
+    pub(crate) fn stop_all(&self) -> usize {
+        let inner = self.lock();
+        for c in inner.map.values() {
+            let _ = c.compare_exchange(NOT, STOPPED, Ordering::AcqRel, Ordering::Acquire);
+        }
+        inner.map.len()
     }
 }

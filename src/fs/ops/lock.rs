@@ -37,6 +37,7 @@ use rustix::fs::OFlags;
 
 use crate::fs::errno;
 use crate::fs::lockstate::{LockState, Shared, Span, WaitId};
+use crate::fs::own::Cancel;
 use crate::fs::UnionFs;
 use crate::sys::beneath;
 use crate::sys::lock::{self, Kind, Range};
@@ -298,7 +299,7 @@ pub fn setlk(
     lk: FileLock,
     flock: bool,
     wait: bool,
-    cancelled: &dyn Fn() -> bool,
+    cancelled: &dyn Fn() -> Option<crate::fs::own::Cancel>,
 ) -> io::Result<()> {
     let req = Request {
         inode,
@@ -388,12 +389,15 @@ fn step(
     g: &mut Inner,
     req: &Request,
     wait: bool,
-    cancelled: &dyn Fn() -> bool,
+    cancelled: &dyn Fn() -> Option<crate::fs::own::Cancel>,
     w: &mut Waiting,
 ) -> Step {
     let answer = |e| Step::Answer(Err(errno(e)));
-    if wait && cancelled() {
-        return answer(libc::EINTR);
+    match cancelled().filter(|_| wait) {
+        None => {}
+        Some(Cancel::Interrupt) => return answer(libc::EINTR),
+        Some(Cancel::RingStop) if req.flock => return answer(libc::ENOLCK),
+        Some(Cancel::RingStop) => return answer(libc::EDEADLK),
     }
     if w.id.is_some_and(|id| g.state.revoked(id)) {
         // The owner closed the file (or the session ended) while this waited: a lock
@@ -465,4 +469,189 @@ pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
         g.state.flock_set(inode, fh, None, 0);
         fs.locks.wake_sleepers(&g);
     }
+}
+
+/// One lock to take on the host again (a retake after a move that did not happen, or an
+/// import).
+enum Retake {
+    Posix(u64, u64, crate::fs::lockstate::Held),
+    Flock(u64, u64, Shared, u32),
+}
+
+/// A description for `owner`'s POSIX locks on `inode`, opened from the node's object:
+/// read-write where the host allows, else with the access the locks need.
+fn description(fs: &UnionFs, inode: u64, write: bool) -> io::Result<OwnedFd> {
+    let (_, fd) = fs.node_fd(inode)?.ok_or_else(|| errno(libc::EINVAL))?;
+    if beneath::stat_fd(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(errno(libc::EINVAL));
+    }
+    let fallback = if write { OFlags::WRONLY } else { OFlags::RDONLY };
+    beneath::reopen(fd.as_fd(), OFlags::RDWR).or_else(|_| beneath::reopen(fd.as_fd(), fallback))
+}
+
+impl Locks {
+    /// Every lock the guest holds, for a session image.
+    pub fn export(&self) -> Vec<crate::fs::session::LockImage> {
+        use crate::fs::session::LockImage;
+        let g = self.lock();
+        let posix = g.state.posix_all().into_iter().map(|(inode, owner, h)| {
+            LockImage::Posix {
+                inode,
+                owner,
+                start: h.span.start,
+                end: h.span.end,
+                write: h.kind == Shared::Write,
+                pid: h.pid,
+            }
+        });
+        let flock = g
+            .state
+            .flock_all()
+            .into_iter()
+            .map(|(inode, fh, k, pid)| LockImage::Flock {
+                inode,
+                fh,
+                write: k == Shared::Write,
+                pid,
+            });
+        posix.chain(flock).collect()
+    }
+
+    /// Lets go of every host lock and keeps the table: the session is moving to another
+    /// daemon, which takes them again (on this host, it could not while they are held here).
+    /// How many locks were let go.
+    pub fn release_host(&self, fs: &UnionFs) -> usize {
+        let mut g = self.lock();
+        g.fds.clear();
+        for (inode, fh, _, _) in g.state.flock_all() {
+            if let Ok(h) = fs.handles.file(fh, inode) {
+                if let Ok(f) = h.as_file() {
+                    let _ = lock::flock(f.fd.as_fd(), Kind::Unlock);
+                }
+            }
+        }
+        g.state.count()
+    }
+
+    /// Takes the table's locks on the host again after [`Locks::release_host`] (the move did
+    /// not happen). A lock someone else took meanwhile is lost, and logged. How many were.
+    pub fn retake_host(&self, fs: &UnionFs) -> usize {
+        let mut g = self.lock();
+        let mut todo: Vec<Retake> = g
+            .state
+            .posix_all()
+            .into_iter()
+            .map(|(n, o, h)| Retake::Posix(n, o, h))
+            .collect();
+        todo.extend(
+            g.state
+                .flock_all()
+                .into_iter()
+                .map(|(n, fh, k, p)| Retake::Flock(n, fh, k, p)),
+        );
+        g.state.clear();
+        let lost = take_all(fs, &mut g, todo);
+        for e in &lost {
+            log::error!("a guest lock is lost: {e}");
+        }
+        self.wake_sleepers(&g);
+        lost.len()
+    }
+
+    /// Takes the locks of a session image on the host and records them (the table must be
+    /// empty). What could not be taken, each as a message.
+    pub fn import(
+        &self,
+        fs: &UnionFs,
+        locks: &[crate::fs::session::LockImage],
+    ) -> Vec<String> {
+        use crate::fs::lockstate::Held;
+        use crate::fs::session::LockImage;
+        let kind = |w: bool| if w { Shared::Write } else { Shared::Read };
+        let todo = locks
+            .iter()
+            .map(|l| match *l {
+                LockImage::Posix {
+                    inode,
+                    owner,
+                    start,
+                    end,
+                    write,
+                    pid,
+                } => Retake::Posix(
+                    inode,
+                    owner,
+                    Held {
+                        span: Span { start, end },
+                        kind: kind(write),
+                        pid,
+                    },
+                ),
+                LockImage::Flock {
+                    inode,
+                    fh,
+                    write,
+                    pid,
+                } => Retake::Flock(inode, fh, kind(write), pid),
+            })
+            .collect();
+        let mut g = self.lock();
+        take_all(fs, &mut g, todo)
+    }
+}
+
+/// Takes each lock of `todo` on the host without waiting and records it in the table; what
+/// could not be taken, as messages.
+fn take_all(fs: &UnionFs, g: &mut Inner, todo: Vec<Retake>) -> Vec<String> {
+    let mut failed = Vec::new();
+    for t in todo {
+        let r = match &t {
+            Retake::Posix(inode, owner, h) => (|| {
+                if h.span.start > h.span.end || h.span.start > i64::MAX as u64 {
+                    return Err(errno(libc::EINVAL));
+                }
+                let fd: &OwnedFd = match g.fds.entry((*inode, *owner)) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(description(fs, *inode, h.kind == Shared::Write)?)
+                    }
+                };
+                let fd = fd.as_fd();
+                lock::set(fd, host_kind(Some(h.kind)), host_range(h.span))?;
+                g.state
+                    .posix_apply(*inode, *owner, h.span, Some(h.kind), h.pid);
+                Ok(())
+            })(),
+            Retake::Flock(inode, fh, k, pid) => (|| {
+                let h = fs.handles.file(*fh, *inode)?;
+                lock::flock(h.as_file()?.fd.as_fd(), host_kind(Some(*k)))?;
+                g.state.flock_set(*inode, *fh, Some(*k), *pid);
+                Ok(())
+            })(),
+        };
+        if let Err(e) = r {
+            let e: io::Error = e;
+            let e = if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
+                "held by another process now".to_owned()
+            } else {
+                e.to_string()
+            };
+            failed.push(match t {
+                Retake::Posix(n, o, h) => format!(
+                    "POSIX lock of owner {o:#x} on node {n} bytes {}..={}: {e}",
+                    h.span.start, h.span.end
+                ),
+                Retake::Flock(n, fh, _, _) => format!("flock of handle {fh} on node {n}: {e}"),
+            });
+        }
+    }
+    // An owner whose locks all failed keeps no description.
+    let held: std::collections::HashSet<(u64, u64)> = g
+        .state
+        .posix_all()
+        .into_iter()
+        .map(|(n, o, _)| (n, o))
+        .collect();
+    g.fds.retain(|k, _| held.contains(k));
+    failed
 }

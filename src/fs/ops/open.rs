@@ -131,6 +131,9 @@ fn break_link(fs: &UnionFs, f: &Found, rel: &CStr) -> io::Result<()> {
 /// Closes handle `fh` of `inode`; with `dropcacheonclose` the host page cache of the file is
 /// dropped first.
 pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+    if fs.handles.remove_lost(fh, inode) {
+        return Ok(());
+    }
     fs.handles.file(fh, inode)?;
     let h = fs.handles.remove(fh)?;
     if fs.cfg.opts.dropcacheonclose {

@@ -213,6 +213,7 @@ pub fn readdirplus(
 pub fn releasedir(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
     match &*fs.handles.get(fh)? {
         Handle::Dir(d) if d.inode == inode => fs.handles.remove(fh).map(drop),
+        Handle::Lost { inode: i } if *i == inode => fs.handles.remove(fh).map(drop),
         _ => Err(errno(libc::EBADF)),
     }
 }
@@ -221,6 +222,7 @@ pub fn releasedir(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
 pub fn fsyncdir(fs: &UnionFs, inode: u64, _datasync: bool, fh: u64) -> io::Result<()> {
     match &*fs.handles.get(fh)? {
         Handle::Dir(d) if d.inode == inode => Ok(()),
+        Handle::Lost { inode: i } if *i == inode => Err(errno(libc::EIO)),
         _ => Err(errno(libc::EBADF)),
     }
 }
