@@ -14,8 +14,8 @@ use crate::args::{
     Args, CachePolicy, CapChanges, IdMap, LogLevel, MigrationMode, NegotiationMode, SandboxMode,
     SeccompAction, Translate,
 };
-use crate::fs::FsConfig;
 use crate::fs::session::FindBy;
+use crate::fs::FsConfig;
 use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
 use registry::Settings;
@@ -667,7 +667,10 @@ mod tests {
         assert!(!c.daemon.migration.export.handles_allowed && !c.confinement.file_handles);
         let c = with(&["--migration-mode=file-handles"]).unwrap();
         assert_eq!(c.daemon.migration.export.find_by, FindBy::FileHandles);
-        assert_eq!(c.daemon.migration.on_error, crate::fs::session::OnError::Abort);
+        assert_eq!(
+            c.daemon.migration.on_error,
+            crate::fs::session::OnError::Abort
+        );
         // virtiofsd lowercases --cache, --sandbox and --log-level; cache=never drops READDIRPLUS.
         let c = with(&["--cache=NEVER", "--sandbox=None", "--log-level=DEBUG"]).unwrap();
         assert!(!c.fs.opts.readdirplus);

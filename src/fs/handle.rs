@@ -95,7 +95,8 @@ impl HandleTable {
     /// Removes `fh` if it is a lost handle of `inode` (its release); whether it was.
     pub fn remove_lost(&self, fh: u64, inode: u64) -> bool {
         let mut map = self.map.writing();
-        let lost = matches!(map.get(&fh).map(|h| &**h), Some(Handle::Lost { inode: i }) if *i == inode);
+        let lost =
+            matches!(map.get(&fh).map(|h| &**h), Some(Handle::Lost { inode: i }) if *i == inode);
         if lost {
             map.remove(&fh);
         }

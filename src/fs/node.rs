@@ -32,7 +32,11 @@ impl UnionFs {
 
     /// The file handle of `fd` on `branch`, when nodes use handles there and the object is on
     /// the branch root's own filesystem (a handle only means something with its mount).
-    pub(crate) fn handle_of(&self, branch: usize, fd: std::os::fd::BorrowedFd<'_>) -> Option<Arc<FileHandle>> {
+    pub(crate) fn handle_of(
+        &self,
+        branch: usize,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Option<Arc<FileHandle>> {
         let mount = self.handle_mount(branch)?;
         match handle::name_to_handle(fd) {
             Ok((h, m)) if m == mount.id => Some(Arc::new(h)),

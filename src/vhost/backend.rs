@@ -136,7 +136,11 @@ where
     }
 
     /// SET_DEVICE_STATE_FD: starts saving the session into `file` or loading it from there.
-    fn start_transfer(&self, direction: VhostTransferStateDirection, file: std::fs::File) -> io::Result<()> {
+    fn start_transfer(
+        &self,
+        direction: VhostTransferStateDirection,
+        file: std::fs::File,
+    ) -> io::Result<()> {
         let d = self.dispatcher.clone();
         let m = self.migration;
         let saved = self.saved.clone();

@@ -24,13 +24,13 @@ use vm_memory::{GuestMemory, GuestMemoryMmap};
 /// A request's view of guest memory (writes into it are logged while migrating).
 type Slice = Logged;
 
+use super::backend::Logged;
 use super::init::{self, Negotiated};
 use super::opcode::{self, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::waiters::Waiters;
 use crate::fs::own::OwnOps;
 use crate::fs::session::Sessions;
-use super::backend::Logged;
 
 /// What the dispatcher needs of a filesystem: fuse-backend-rs's `FileSystem` for what its
 /// `Server` answers, and [`OwnOps`] for what this project answers itself.

@@ -118,7 +118,9 @@ pub fn decode(bytes: &[u8]) -> Result<DeviceStateV1, StateError> {
         return Err(StateError::Trailing(body.len() - want));
     }
     let v = match version {
-        1 => Versioned::V1(postcard::from_bytes(body).map_err(|e| StateError::Body(e.to_string()))?),
+        1 => {
+            Versioned::V1(postcard::from_bytes(body).map_err(|e| StateError::Body(e.to_string()))?)
+        }
         found => return Err(StateError::Version { found }),
     };
     match v {

@@ -147,7 +147,11 @@ fn out_header(reply: &[u8]) -> OutHeader {
         .unwrap()
 }
 
-fn init(d: &Dispatcher<FakeFs>, mem: &GuestMemoryMmap<crate::vhost::backend::Logged>, queue_size: u16) -> InitOut {
+fn init(
+    d: &Dispatcher<FakeFs>,
+    mem: &GuestMemoryMmap<crate::vhost::backend::Logged>,
+    queue_size: u16,
+) -> InitOut {
     let arg = InitIn {
         major: 7,
         minor: 38,
@@ -357,7 +361,14 @@ fn backend_serves_a_queue_through_the_worker_pool() {
     vring.set_queue_ready(true);
     vring.set_enabled(true);
 
-    let backend = FsBackend::new(Dispatcher::new(FakeFs::default(), 1020), 1, 2, None, Default::default()).unwrap();
+    let backend = FsBackend::new(
+        Dispatcher::new(FakeFs::default(), 1020),
+        1,
+        2,
+        None,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(backend.num_queues(), 2);
     assert_eq!(backend.queues_per_thread(), vec![1, 2]);
     backend.update_memory(atomic).unwrap();
@@ -480,7 +491,8 @@ fn a_request_is_decoded_from_guest_memory_once() {
     let chain = vq.build_desc_chain(&descs).unwrap();
     let mut r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
     r.read_obj::<InHeader>().unwrap();
-    let w: Writer<'_, crate::vhost::backend::Logged> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+    let w: Writer<'_, crate::vhost::backend::Logged> =
+        VirtioFsWriter::new(&mem, chain).unwrap().into();
     let n = d.serve_copy(&seen, r, w).unwrap();
     let mut reply = vec![0u8; n];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))

@@ -123,7 +123,9 @@ impl InodeTable {
             if n.hold.as_ref().is_some_and(|h| h.1.is_some()) {
                 inner.open.insert(n.id);
             }
-            let bound = n.hold.map(|(branch, fd, handle)| Hold { branch, fd, handle });
+            let bound = n
+                .hold
+                .map(|(branch, fd, handle)| Hold { branch, fd, handle });
             inner.nodes.insert(
                 n.id,
                 Node {

@@ -22,8 +22,13 @@
 //! held outside the guest have blocked it for `lock-wait-external` seconds. Both end with
 //! EBADF when the owner closes the file meanwhile, and with EINTR on FUSE_INTERRUPT or the
 //! end of the session (EINTR only then: the guest turns it into a restart of the call,
-//! which without a pending signal would reach the program as errno 512). Locks held outside
-//! the daemon are polled for, since nothing tells it when they go.
+//! which without a pending signal would reach the program as errno 512). A wait still going
+//! when the front-end stops the rings (a migration, a snapshot, a pause) ends as a timed-out
+//! one would (EDEADLK; ENOLCK for flock): its reply must be in guest memory before the ring's
+//! position is read. Locks held outside the daemon are polled for, since nothing tells it
+//! when they go. For a migration the source lets go of the host locks once its session is
+//! saved and the destination takes them again (`Locks::release_host`, `Locks::import`);
+//! should the rings start again on the source, it takes them back (`Locks::retake_host`).
 
 use crate::sync::LockRecover;
 use std::collections::HashMap;
@@ -485,7 +490,11 @@ fn description(fs: &UnionFs, inode: u64, write: bool) -> io::Result<OwnedFd> {
     if beneath::stat_fd(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(errno(libc::EINVAL));
     }
-    let fallback = if write { OFlags::WRONLY } else { OFlags::RDONLY };
+    let fallback = if write {
+        OFlags::WRONLY
+    } else {
+        OFlags::RDONLY
+    };
     beneath::reopen(fd.as_fd(), OFlags::RDWR).or_else(|_| beneath::reopen(fd.as_fd(), fallback))
 }
 
@@ -494,16 +503,18 @@ impl Locks {
     pub fn export(&self) -> Vec<crate::fs::session::LockImage> {
         use crate::fs::session::LockImage;
         let g = self.lock();
-        let posix = g.state.posix_all().into_iter().map(|(inode, owner, h)| {
-            LockImage::Posix {
+        let posix = g
+            .state
+            .posix_all()
+            .into_iter()
+            .map(|(inode, owner, h)| LockImage::Posix {
                 inode,
                 owner,
                 start: h.span.start,
                 end: h.span.end,
                 write: h.kind == Shared::Write,
                 pid: h.pid,
-            }
-        });
+            });
         let flock = g
             .state
             .flock_all()
@@ -560,11 +571,7 @@ impl Locks {
 
     /// Takes the locks of a session image on the host and records them (the table must be
     /// empty). What could not be taken, each as a message.
-    pub fn import(
-        &self,
-        fs: &UnionFs,
-        locks: &[crate::fs::session::LockImage],
-    ) -> Vec<String> {
+    pub fn import(&self, fs: &UnionFs, locks: &[crate::fs::session::LockImage]) -> Vec<String> {
         use crate::fs::lockstate::Held;
         use crate::fs::session::LockImage;
         let kind = |w: bool| if w { Shared::Write } else { Shared::Read };

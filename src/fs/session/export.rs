@@ -27,7 +27,11 @@ impl UnionFs {
             .indices()
             .map(|b| {
                 opts.handles_allowed
-                    .then(|| handle::name_to_handle(self.branches.fd(b)).ok().map(|h| h.1))
+                    .then(|| {
+                        handle::name_to_handle(self.branches.fd(b))
+                            .ok()
+                            .map(|h| h.1)
+                    })
                     .flatten()
             })
             .collect();
@@ -80,8 +84,9 @@ impl UnionFs {
                 let branch = *branch;
                 // The node's handle: the one it keeps, else made now from its descriptor
                 // (reopened if the table closed it), on its branch root's mount.
-                let want_handle =
-                    opts.find_by == FindBy::FileHandles || opts.verify_handles || r.names.is_empty();
+                let want_handle = opts.find_by == FindBy::FileHandles
+                    || opts.verify_handles
+                    || r.names.is_empty();
                 let handle = want_handle
                     .then(|| {
                         kept.as_ref()
@@ -167,7 +172,12 @@ impl UnionFs {
 
     /// Whether node `r`'s path on `branch` still leads to its object
     /// (`--migration-confirm-paths`); why not.
-    fn confirm_path(&self, r: &NodeRecord, all: &[NodeRecord], branch: usize) -> Result<(), String> {
+    fn confirm_path(
+        &self,
+        r: &NodeRecord,
+        all: &[NodeRecord],
+        branch: usize,
+    ) -> Result<(), String> {
         let path = path_in(all, r.id).ok_or("its path has a node without a name")?;
         let Some(key) = r.key else {
             return Ok(());
@@ -210,7 +220,8 @@ fn export_open(fh: u64, h: &Handle) -> Option<OpenImage> {
     // Every kind has an image; Option leaves room for handles that cannot move.
     match h {
         Handle::File(f) => {
-            let strip = rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL | rustix::fs::OFlags::TRUNC;
+            let strip =
+                rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL | rustix::fs::OFlags::TRUNC;
             Some(OpenImage::File {
                 fh,
                 inode: f.inode,

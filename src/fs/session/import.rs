@@ -120,7 +120,11 @@ fn valid_name(name: &[u8]) -> bool {
 impl UnionFs {
     /// Makes `img` this daemon's session (replacing any), as `on_error` says for what cannot
     /// be found again. On error nothing of it stays (no node, handle or lock).
-    pub fn import_session(&self, img: SessionImage, on_error: OnError) -> Result<Imported, ImportError> {
+    pub fn import_session(
+        &self,
+        img: SessionImage,
+        on_error: OnError,
+    ) -> Result<Imported, ImportError> {
         if img.branches as usize != self.branches.len() {
             return Err(ImportError::Branches {
                 image: img.branches,
@@ -194,7 +198,11 @@ impl UnionFs {
     ) -> Result<Vec<Restored>, ImportError> {
         let first: HashMap<u64, (u64, &[u8])> = nodes
             .iter()
-            .filter_map(|n| n.names.first().map(|(p, name)| (n.id, (*p, name.as_slice()))))
+            .filter_map(|n| {
+                n.names
+                    .first()
+                    .map(|(p, name)| (n.id, (*p, name.as_slice())))
+            })
             .collect();
         // Nodes keep descriptors up to the table's capacity (the rest are reopened on use);
         // a node without a name always keeps its own.
@@ -232,8 +240,13 @@ impl UnionFs {
                     r.hold = Some((branch, fd, handle));
                 }
                 Err(why) => {
-                    let path = path().map_or("(unnamed)".into(), |p| p.to_string_lossy().into_owned());
-                    let e = ImportError::Node { id: n.id, path, why };
+                    let path =
+                        path().map_or("(unnamed)".into(), |p| p.to_string_lossy().into_owned());
+                    let e = ImportError::Node {
+                        id: n.id,
+                        path,
+                        why,
+                    };
                     if on_error == OnError::Abort {
                         return Err(e);
                     }
@@ -269,7 +282,8 @@ impl UnionFs {
                     .get_or_init(|| super::super::node::probe_handles(self.branches.fd(b)).ok())
                     .as_ref()
                     .ok_or("this daemon cannot open file handles on its branch")?;
-                let h = FileHandle::from_parts(h.kind, &h.bytes).ok_or("a malformed file handle")?;
+                let h =
+                    FileHandle::from_parts(h.kind, &h.bytes).ok_or("a malformed file handle")?;
                 let fd = handle::open_by_handle(mount.fd.as_fd(), &h, OFlags::PATH)
                     .map_err(|e| format!("its file handle: {e}"))?;
                 (b, fd)
@@ -281,7 +295,8 @@ impl UnionFs {
             return Err("its kind changed (directory or not)".into());
         }
         if let Some(v) = &n.verify {
-            let (h, _) = handle::name_to_handle(fd.as_fd()).map_err(|e| format!("its file handle: {e}"))?;
+            let (h, _) =
+                handle::name_to_handle(fd.as_fd()).map_err(|e| format!("its file handle: {e}"))?;
             if h.kind() != v.kind || h.bytes() != v.bytes.as_slice() {
                 return Err("it is another file now (its file handle differs)".into());
             }
@@ -339,11 +354,14 @@ impl UnionFs {
                                 dtype: e.dtype,
                             })
                             .collect();
-                        let snap = self.listings.charge(entries).map_err(|e| ImportError::Open {
-                            fh: *fh,
-                            inode: *inode,
-                            why: e.to_string(),
-                        })?;
+                        let snap =
+                            self.listings
+                                .charge(entries)
+                                .map_err(|e| ImportError::Open {
+                                    fh: *fh,
+                                    inode: *inode,
+                                    why: e.to_string(),
+                                })?;
                         Some(Arc::new(snap))
                     }
                 };
@@ -365,10 +383,14 @@ mod tests {
 
     #[test]
     fn walk_builds_paths_and_refuses_loops() {
-        let names: HashMap<u64, (u64, &[u8])> =
-            [(2, (1, &b"a"[..])), (3, (2, &b"b"[..])), (4, (5, &b"x"[..])), (5, (4, &b"y"[..]))]
-                .into_iter()
-                .collect();
+        let names: HashMap<u64, (u64, &[u8])> = [
+            (2, (1, &b"a"[..])),
+            (3, (2, &b"b"[..])),
+            (4, (5, &b"x"[..])),
+            (5, (4, &b"y"[..])),
+        ]
+        .into_iter()
+        .collect();
         let first = |id| names.get(&id).copied();
         assert_eq!(walk(1, 5, first).unwrap().as_bytes(), b".");
         assert_eq!(walk(3, 5, first).unwrap().as_bytes(), b"a/b");
