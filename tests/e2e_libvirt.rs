@@ -3,8 +3,10 @@
 //! memory). Both of libvirt's option styles are exercised: with `separate-options` in
 //! `--print-capabilities` libvirt passes `--fd=N --shared-dir DIR --cache …`; a wrapper that
 //! hides the feature makes it fall back to `--fd=N -o source=DIR,…` (libvirt 9's only style).
-//! The guest reads a host file and writes one the host then reads. libvirtd and virtlogd are
-//! started by hand (no systemd) when not running.
+//! The guest reads a host file and writes one the host then reads. `virsh save` and
+//! `virsh restore` carry a running guest across two daemons (the saved one's device state is
+//! loaded by the one libvirt starts for the restore). libvirtd and virtlogd are started by hand
+//! (no systemd) when not running.
 
 #[path = "support/guest.rs"]
 mod guest;
@@ -23,6 +25,17 @@ fn virsh(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("virsh (scripts/install-deps.sh installs libvirt)")
+}
+
+/// Runs virsh and fails the test with its message unless it succeeds.
+fn virsh_ok(args: &[&str]) {
+    let out = virsh(args);
+    assert!(
+        out.status.success(),
+        "virsh {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The lines this test needs in /etc/libvirt/qemu.conf: QEMU runs as root, because where
@@ -103,6 +116,7 @@ fn initrd_with(dir: &Path, scenario: &str) -> PathBuf {
 
 fn domain_xml(name: &str, dir: &Path, binary: &Path, share: &Path) -> String {
     let kernel = guest::images().kernel.display().to_string();
+    // append='on': a restored domain's QEMU adds to the console file instead of truncating it.
     format!(
         r#"<domain type='qemu'>
   <name>{name}</name>
@@ -130,7 +144,7 @@ fn domain_xml(name: &str, dir: &Path, binary: &Path, share: &Path) -> String {
       <target dir='share'/>
     </filesystem>
     <serial type='file'>
-      <source path='{dir}/console.log'/>
+      <source path='{dir}/console.log' append='on'/>
       <target port='0'/>
     </serial>
   </devices>
@@ -142,8 +156,9 @@ fn domain_xml(name: &str, dir: &Path, binary: &Path, share: &Path) -> String {
     )
 }
 
-/// A wrapper libvirt runs as the daemon: records its arguments, optionally hides
-/// `separate-options` from `--print-capabilities`, and execs the real daemon.
+/// A wrapper libvirt runs as the daemon: records its arguments and its pid (which the daemon
+/// keeps), optionally hides `separate-options` from `--print-capabilities`, and execs the real
+/// daemon.
 fn wrapper(dir: &Path, separate_options: bool) -> PathBuf {
     let daemon = guest::daemon_path();
     let caps = if separate_options {
@@ -153,7 +168,7 @@ fn wrapper(dir: &Path, separate_options: bool) -> PathBuf {
     };
     let script = format!(
         "#!/bin/sh\nif [ \"$1\" = --print-capabilities ]; then {caps}; fi\n\
-         echo \"$@\" >{dir}/args\nexec {daemon} \"$@\"\n",
+         echo \"$@\" >{dir}/args\necho $$ >>{dir}/pids\nexec {daemon} \"$@\"\n",
         dir = dir.display(),
         daemon = daemon.display()
     );
@@ -163,29 +178,131 @@ fn wrapper(dir: &Path, separate_options: bool) -> PathBuf {
     path
 }
 
-/// Boots a transient domain and waits until the guest has powered off.
-fn boot(name: &str, dir: &Path, binary: &Path, share: &Path) -> String {
-    let t0 = Instant::now();
-    let xml = dir.join("domain.xml");
-    fs::write(&xml, domain_xml(name, dir, binary, share)).unwrap();
-    let out = virsh(&["create", xml.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "virsh create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{name}: created after {:?}", t0.elapsed());
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while virsh(&["domstate", name]).status.success() {
-        if Instant::now() > deadline {
-            let _ = virsh(&["destroy", name]);
-            panic!("{name} did not power off");
+/// Where libvirt logs the daemon of domain `name`'s first filesystem (appending across runs).
+fn daemon_log_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/var/log/libvirt/qemu/{name}-fs0-virtiofsd.log"))
+}
+
+/// A transient domain that boots the test guest with a scenario, its share served by our
+/// daemon through [`wrapper`]; destroyed when dropped if it is still running.
+struct Vm {
+    name: String,
+    work: tempfile::TempDir,
+    /// Length of libvirt's log of this domain's daemon before this run (libvirt appends to it).
+    log_start: u64,
+}
+
+impl Vm {
+    /// Prepares domain `name` without starting it: a work directory QEMU can reach, an empty
+    /// share, the initramfs with `scenario`, and the wrapper.
+    fn new(name: &str, scenario: &str, separate_options: bool) -> Self {
+        let _ = virsh(&["destroy", name]);
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::create_dir(dir.join("share")).unwrap();
+        initrd_with(dir, scenario);
+        wrapper(dir, separate_options);
+        Self {
+            log_start: fs::metadata(daemon_log_path(name)).map_or(0, |m| m.len()),
+            name: name.to_owned(),
+            work,
         }
-        std::thread::sleep(Duration::from_millis(200));
     }
-    eprintln!("{name}: gone after {:?}", t0.elapsed());
-    String::from_utf8_lossy(&fs::read(dir.join("console.log")).unwrap_or_default())
-        .replace('\r', "")
+
+    fn dir(&self) -> &Path {
+        self.work.path()
+    }
+
+    /// The host directory the guest mounts on /mnt (the daemon's only branch).
+    fn share(&self) -> PathBuf {
+        self.dir().join("share")
+    }
+
+    /// Starts the domain (libvirt starts the daemon, then QEMU).
+    fn create(&self) {
+        let xml = self.dir().join("domain.xml");
+        let binary = self.dir().join("daemon-wrapper");
+        fs::write(
+            &xml,
+            domain_xml(&self.name, self.dir(), &binary, &self.share()),
+        )
+        .unwrap();
+        virsh_ok(&["create", xml.to_str().unwrap()]);
+    }
+
+    fn running(&self) -> bool {
+        virsh(&["domstate", &self.name]).status.success()
+    }
+
+    /// Waits until the guest has powered off (the transient domain is gone).
+    fn wait_gone(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.running() {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not power off within {within:?}\n{}",
+                self.name,
+                self.report()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until the guest has printed `line` on its console.
+    fn wait_console(&self, line: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.console().lines().any(|l| l == line) {
+            assert!(
+                self.running() && Instant::now() < deadline,
+                "{} never printed {line:?}\n{}",
+                self.name,
+                self.report()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The serial console so far.
+    fn console(&self) -> String {
+        String::from_utf8_lossy(&fs::read(self.dir().join("console.log")).unwrap_or_default())
+            .replace('\r', "")
+    }
+
+    /// What this run's daemons logged (libvirt sends their stderr there).
+    fn daemon_log(&self) -> String {
+        let bytes = fs::read(daemon_log_path(&self.name)).unwrap_or_default();
+        let start = usize::try_from(self.log_start).unwrap();
+        // A log shorter than before was rotated or truncated: all of it is this run's.
+        let ours = bytes.get(start..).unwrap_or(&bytes);
+        String::from_utf8_lossy(ours).into_owned()
+    }
+
+    /// The pids libvirt started the daemon as, in start order.
+    fn daemon_pids(&self) -> Vec<u32> {
+        fs::read_to_string(self.dir().join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    }
+
+    /// The console and the daemon log, for failure messages.
+    fn report(&self) -> String {
+        format!(
+            "--- guest console:\n{}\n--- daemon log:\n{}",
+            self.console(),
+            self.daemon_log()
+        )
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if self.running() {
+            let _ = virsh(&["destroy", &self.name]);
+        }
+    }
 }
 
 fn run_style(separate_options: bool) {
@@ -200,34 +317,30 @@ fn run_style(separate_options: bool) {
             "legacy"
         }
     );
-    let _ = virsh(&["destroy", &name]);
-    // QEMU runs as libvirt's unprivileged user: everything it reads must be reachable.
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path();
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-    let share = dir.join("share");
-    fs::create_dir(&share).unwrap();
-    fs::write(share.join("from-host.txt"), "hello from the host\n").unwrap();
-    initrd_with(
-        dir,
+    let vm = Vm::new(
+        &name,
         r#"
 expect_eq "$(cat from-host.txt)" "hello from the host" "host file in the guest"
 echo "hello from the guest" > from-guest.txt
 "#,
+        separate_options,
     );
-    let binary = wrapper(dir, separate_options);
-    let console = boot(&name, dir, &binary, &share);
+    fs::write(vm.share().join("from-host.txt"), "hello from the host\n").unwrap();
+    let t0 = Instant::now();
+    vm.create();
+    eprintln!("{name}: created after {:?}", t0.elapsed());
+    vm.wait_gone(Duration::from_secs(180));
+    eprintln!("{name}: gone after {:?}", t0.elapsed());
     assert!(
-        console.contains("=== SCENARIO EXIT 0 ==="),
-        "guest console:\n{console}\n--- daemon log:\n{}",
-        fs::read_to_string(format!("/var/log/libvirt/qemu/{name}-fs0-virtiofsd.log"))
-            .unwrap_or_default()
+        vm.console().contains("=== SCENARIO EXIT 0 ==="),
+        "{}",
+        vm.report()
     );
     assert_eq!(
-        fs::read_to_string(share.join("from-guest.txt")).unwrap(),
+        fs::read_to_string(vm.share().join("from-guest.txt")).unwrap(),
         "hello from the guest\n"
     );
-    let args = fs::read_to_string(dir.join("args")).unwrap();
+    let args = fs::read_to_string(vm.dir().join("args")).unwrap();
     assert!(args.contains("--fd="), "{args}");
     if separate_options {
         assert!(
@@ -246,4 +359,134 @@ echo "hello from the guest" > from-guest.txt
 fn libvirt_starts_the_daemon_in_both_option_styles() {
     run_style(true);
     run_style(false);
+}
+
+/// Before the save the guest writes a file, holds one open and works in a directory of the
+/// share; after the restore (which the host signals with /mnt/.restored) it writes through the
+/// same descriptor and reads relative to the same working directory.
+const SAVE_SCENARIO: &str = r#"
+echo "before the save" > written.txt
+mkdir dir
+echo inside > dir/inside.txt
+exec 3<>/mnt/held
+echo before >&3
+cd /mnt/dir
+echo "=== SAVE NOW ==="
+waited=0
+while [ ! -e /mnt/.restored ]; do
+    [ "$waited" -lt 120 ] || fail "/mnt/.restored did not appear within 120 s"
+    sleep 1
+    waited=$((waited + 1))
+done
+echo "restored after ${waited} s of guest time"
+echo after >&3
+exec 3>&-
+expect_eq "$(cat /mnt/held)" "$(printf 'before\nafter')" "the held file"
+section cwd ls
+expect_eq "$(cat inside.txt)" "inside" "a file in the working directory"
+echo "made after the restore" > after.txt
+expect_eq "$(cat /mnt/written.txt)" "before the save" "the file written before the save"
+"#;
+
+/// `pid` and every process below it.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let child: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            Some((child, ppid.parse().ok()?))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while let Some(&p) = tree.get(i) {
+        tree.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn virsh_save_and_restore_carry_the_guest_across() {
+    let t0 = Instant::now();
+    ensure_libvirtd();
+    let vm = Vm::new("uvfs-libvirt-save", SAVE_SCENARIO, true);
+    vm.create();
+    vm.wait_console("=== SAVE NOW ===", Duration::from_secs(90));
+    eprintln!("{}: ready to save after {:?}", vm.name, t0.elapsed());
+
+    let first = vm.daemon_pids();
+    assert_eq!(first.len(), 1, "daemon starts: {first:?}");
+    let daemon = process_tree(first[0]);
+    let image = vm.dir().join("saved");
+    let t = Instant::now();
+    virsh_ok(&["save", &vm.name, image.to_str().unwrap()]);
+    eprintln!("{}: saved in {:?}", vm.name, t.elapsed());
+    assert!(!vm.running(), "the domain still runs after virsh save");
+    // libvirt stops the daemon as QEMU ends.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemon.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "daemon processes {daemon:?} outlived the saved domain"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("{}: daemon processes {daemon:?} gone", vm.name);
+    let size = fs::metadata(&image).map_or(0, |m| m.len());
+    assert!(size > 0, "no save image at {}", image.display());
+
+    let t = Instant::now();
+    virsh_ok(&["restore", image.to_str().unwrap()]);
+    eprintln!(
+        "{}: restored in {:?} from a {size}-byte image",
+        vm.name,
+        t.elapsed()
+    );
+    fs::write(vm.share().join(".restored"), "").unwrap();
+    vm.wait_gone(Duration::from_secs(120));
+    eprintln!("{}: gone after {:?}", vm.name, t0.elapsed());
+
+    let console = vm.console();
+    assert_eq!(guest::scenario_exit(&console), Some(0), "{}", vm.report());
+    let share = vm.share();
+    assert_eq!(
+        fs::read_to_string(share.join("held")).unwrap(),
+        "before\nafter\n"
+    );
+    assert_eq!(
+        fs::read_to_string(share.join("written.txt")).unwrap(),
+        "before the save\n"
+    );
+    assert_eq!(
+        fs::read_to_string(share.join("dir/after.txt")).unwrap(),
+        "made after the restore\n"
+    );
+    let cwd = console
+        .split_once("=== BEGIN cwd ===\n")
+        .and_then(|(_, rest)| rest.split_once("=== END cwd ==="))
+        .map(|(listing, _)| listing)
+        .unwrap_or_default();
+    assert_eq!(
+        cwd.split_whitespace().collect::<Vec<_>>(),
+        ["inside.txt"],
+        "{console}"
+    );
+
+    let second = vm.daemon_pids();
+    assert_eq!(second.len(), 2, "daemon starts: {second:?}");
+    let log = vm.daemon_log();
+    assert!(log.contains("device state saved:"), "{log}");
+    let loaded = log
+        .lines()
+        .find(|l| l.contains("device state loaded:"))
+        .unwrap_or_else(|| panic!("the restored daemon loaded no device state:\n{log}"));
+    assert!(loaded.ends_with(", 0 lost"), "{loaded}");
 }
