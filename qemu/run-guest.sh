@@ -6,6 +6,7 @@
 #                     [--smp 1] [--script scenario.sh] [--append 'extra kernel args']
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
 #                     [--extra-initrd archive.cpio]... [--no-initrd] [--allow-reboot]
+#                     [--qmp /tmp/qmp.sock] [--incoming unix:/tmp/mig.sock|defer]
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -47,11 +48,22 @@
 #                              same kernel and initrd again against the same backend (a
 #                              scenario must then tell its boots apart, e.g. by a file it left
 #                              on the share), and only a poweroff ends QEMU.
+#   -qmp unix:PATH,server=on,wait=off
+#                              (--qmp PATH) a QMP control socket, e.g. to start a live migration
+#                              (migrate, query-migrate) or quit the source after it.
+#   -incoming URI              (--incoming URI) a migration destination: the machine is created
+#                              but not booted; it waits for the migration stream on URI
+#                              (unix:PATH, or defer for a later migrate-incoming on QMP) and
+#                              then runs the migrated guest. Start it with the same options as
+#                              the source (same --mem, --smp, --queue-size, --tag, --kernel,
+#                              --initrd, --script, ...: the device set must match) and a backend
+#                              of its own on --socket.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
 socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0 reboot=(-no-reboot)
+qmp=() incoming=()
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -69,6 +81,8 @@ while [ $# -gt 0 ]; do
     --initrd) initrd=$2; shift 2 ;;
     --extra-initrd) extras+=("$2"); shift 2 ;;
     --no-initrd) noinitrd=1; shift ;;
+    --qmp) qmp=(-qmp "unix:$2,server=on,wait=off"); shift 2 ;;
+    --incoming) incoming=(-incoming "$2"); shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -118,4 +132,4 @@ exec qemu-system-x86_64 \
     -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \
-    "${reboot[@]}"
+    "${reboot[@]}" "${qmp[@]}" "${incoming[@]}"

@@ -64,15 +64,22 @@ pack_cpio() {
     mv "$2.tmp" "$2"
 }
 
+# install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into .cache/tools
+# once); prints its path.
+install_virtiofsd() {
+    local vfsd="$UVFS_ROOT/.cache/tools/virtiofsd/bin/virtiofsd"
+    if [ ! -x "$vfsd" ]; then
+        cargo install --locked virtiofsd --version 1.14.0 --root "$UVFS_ROOT/.cache/tools/virtiofsd" >&2
+    fi
+    echo "$vfsd"
+}
+
 # bench_tools: what the guest benchmarks share. virtiofsd 1.14 (cargo install'ed into
 # .cache/tools if absent), fio, this daemon's release build, and the guest archive with fio,
 # coreutils' date and a source tree (about 2,000 headers from /usr/include) under /opt/bench.
 # Sets vfsd, ours and bench_cpio.
 bench_tools() {
-    vfsd="$UVFS_ROOT/.cache/tools/virtiofsd/bin/virtiofsd"
-    if [ ! -x "$vfsd" ]; then
-        cargo install --locked virtiofsd --version 1.14.0 --root "$UVFS_ROOT/.cache/tools/virtiofsd" >&2
-    fi
+    vfsd=$(install_virtiofsd)
     command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
     (cd "$UVFS_ROOT" && cargo build --quiet --release --bin union-virtiofsd >&2)
     ours="$UVFS_ROOT/target/release/union-virtiofsd"

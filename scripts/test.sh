@@ -21,6 +21,8 @@ timed scripts/build-tools-initrd.sh >/dev/null
 timed scripts/build-tools-initrd.sh stress >/dev/null
 # fsx for the guest (tests/e2e_integrity.rs).
 timed scripts/build-tools-initrd.sh fsx >/dev/null
+# virtiofsd 1.14, the reference the migration tests hold the daemon to (tests/e2e_migration.rs).
+timed install_virtiofsd >/dev/null
 # A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
 timed scripts/build-debian-base.sh >/dev/null
 # The closing line sums every test binary's result (cargo's own last line is that of the

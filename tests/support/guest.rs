@@ -370,7 +370,8 @@ pub fn kernel_from(suite: &str) -> PathBuf {
     p
 }
 
-fn require_qemu() {
+/// Panics unless `qemu-system-x86_64` runs.
+pub fn require_qemu() {
     let found = Command::new("qemu-system-x86_64")
         .arg("--version")
         .stdout(Stdio::null())
@@ -392,7 +393,7 @@ fn signal_group(child: &Child, signal: &str) {
 }
 
 /// Polls `child` until it exits or `deadline` passes.
-fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+pub fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Some(status);
@@ -405,7 +406,7 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
 }
 
 /// Stops a process group: SIGTERM, a bounded wait, then SIGKILL.
-fn stop(child: &mut Child) {
+pub fn stop(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
@@ -416,8 +417,9 @@ fn stop(child: &mut Child) {
     }
 }
 
-/// Kills the backend and QEMU if a panic unwinds past them.
-struct Reaper(Vec<Child>);
+/// Kills the backend and QEMU if a panic unwinds past them: each child (spawned as a process
+/// group leader, see [`spawn_logged`]) is stopped, the last pushed first.
+pub struct Reaper(pub Vec<Child>);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -432,7 +434,15 @@ impl Drop for Reaper {
 /// timeouts, and each run's timeout should measure only its own guest.
 static GUEST_LOCK: Mutex<()> = Mutex::new(());
 
-fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
+/// Holds the lock that runs guests one at a time (see [`run_scenario`]), for harnesses that
+/// start their own QEMUs.
+pub fn serialize_guests() -> std::sync::MutexGuard<'static, ()> {
+    GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Spawns `cmd` as the leader of a new process group, stdin from /dev/null, stdout and stderr
+/// into `log`.
+pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
     let file = File::create(log).expect("create log file");
     let err = file.try_clone().expect("dup log file");
     cmd.stdin(Stdio::null())
@@ -448,7 +458,7 @@ fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
 /// kernel, backend that never creates its socket); a failing scenario is reported in the result.
 pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
     require_qemu();
-    let _serial = GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serialize_guests();
     run_unserialized(backend, guest, scenario)
 }
 
@@ -457,7 +467,7 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
 /// other must do so through the share, with a deadline.
 pub fn run_together(runs: &[(&Backend, &Guest, &str)]) -> Vec<GuestRun> {
     require_qemu();
-    let _serial = GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serialize_guests();
     thread::scope(|s| {
         let handles: Vec<_> = runs
             .iter()
@@ -471,20 +481,49 @@ pub fn run_together(runs: &[(&Backend, &Guest, &str)]) -> Vec<GuestRun> {
 }
 
 fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
-    let images = images();
+    // Prepared (or the run fails) before anything starts.
+    images();
 
     let work = tempfile::Builder::new()
         .prefix("uvfs-e2e-")
         .tempdir()
         .expect("temp dir");
     let socket = work.path().join("vhost-fs.sock");
-    let socket_str = socket.to_str().expect("utf-8 temp path");
     let daemon_log = work.path().join("backend.log");
     let console_log = work.path().join("console.log");
     let script = work.path().join("scenario.sh");
     fs::write(&script, format!("{PRELUDE}\n{scenario}\n")).expect("write scenario");
 
     let mut reaper = Reaper(Vec::new());
+    reaper.0.push(spawn_backend(backend, &socket, &daemon_log));
+
+    let start = Instant::now();
+    let mut qemu = qemu_command(guest, &socket, &script, work.path());
+    reaper.0.push(spawn_logged(&mut qemu, &console_log));
+    let timed_out = wait_until(&mut reaper.0[1], start + guest.timeout).is_none();
+    let elapsed = start.elapsed();
+    drop(reaper); // stops QEMU (if timed out) and the backend
+
+    let console = read_lossy(&console_log);
+    let daemon_log = read_lossy(&daemon_log);
+    let exit_code = scenario_exit(&console);
+    let mounted = console
+        .lines()
+        .any(|l| l.trim_end_matches('\r').starts_with("=== UVFS MOUNTED "));
+    GuestRun {
+        console,
+        daemon_log,
+        exit_code,
+        mounted,
+        timed_out,
+        elapsed,
+    }
+}
+
+/// Starts `backend` with `{socket}` standing for `socket`, output into `log`, and waits (bounded)
+/// until it listens; panics, showing its log, if it exits first or never creates the socket.
+pub fn spawn_backend(backend: &Backend, socket: &Path, log: &Path) -> Child {
+    let socket_str = socket.to_str().expect("utf-8 socket path");
     let args: Vec<String> = backend
         .args
         .iter()
@@ -496,32 +535,40 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
     if let Some(dir) = &backend.cwd {
         cmd.current_dir(dir);
     }
-    reaper.0.push(spawn_logged(&mut cmd, &daemon_log));
+    let mut child = spawn_logged(&mut cmd, log);
 
     // Bounded poll for the listening socket; stop early if the backend died.
     let deadline = Instant::now() + SOCKET_DEADLINE;
     while !socket.exists() {
-        let exited = reaper.0[0].try_wait().ok().flatten();
+        let exited = child.try_wait().ok().flatten();
         if exited.is_some() || Instant::now() >= deadline {
-            let log = fs::read_to_string(&daemon_log).unwrap_or_default();
+            stop(&mut child);
             panic!(
-                "backend {} {:?} did not create {} ({}):\n{log}",
+                "backend {} {:?} did not create {} ({}):\n{}",
                 backend.program.display(),
                 args,
                 socket.display(),
                 match exited {
                     Some(s) => format!("exited with {s}"),
                     None => format!("not within {SOCKET_DEADLINE:?}"),
-                }
+                },
+                read_lossy(log)
             );
         }
         thread::sleep(Duration::from_millis(20));
     }
+    child
+}
 
-    let start = Instant::now();
+/// The qemu/run-guest.sh command line that boots `guest` against the backend on `socket` with
+/// the scenario file `script`; temporary files go to `tmp`. Callers may append more
+/// run-guest.sh options (e.g. `--qmp`, `--incoming`).
+pub fn qemu_command(guest: &Guest, socket: &Path, script: &Path, tmp: &Path) -> Command {
+    let images = images();
     let mut qemu = Command::new("bash");
     qemu.arg(repo_root().join("qemu/run-guest.sh"))
-        .args(["--socket", socket_str])
+        .arg("--socket")
+        .arg(socket)
         .args(["--tag", &guest.tag])
         .args(["--queue-size", &guest.queue_size.to_string()])
         .args(["--mem", &guest.mem])
@@ -545,40 +592,30 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
                 "--initrd".into(),
                 images.initrd.clone().into_os_string(),
                 "--script".into(),
-                script.clone().into_os_string(),
+                script.as_os_str().to_owned(),
             ]
         })
         .args(["--append", &guest.append])
         .args(guest.reboot.then_some("--allow-reboot"))
-        // Any temporary file run-guest.sh makes lands in `work`, removed with it.
-        .env("TMPDIR", work.path());
-    reaper.0.push(spawn_logged(&mut qemu, &console_log));
-    let timed_out = wait_until(&mut reaper.0[1], start + guest.timeout).is_none();
-    let elapsed = start.elapsed();
-    drop(reaper); // stops QEMU (if timed out) and the backend
+        // Any temporary file run-guest.sh makes lands in `tmp`, removed with it.
+        .env("TMPDIR", tmp);
+    qemu
+}
 
-    let console = String::from_utf8_lossy(&fs::read(&console_log).unwrap_or_default()).into_owned();
-    let daemon_log =
-        String::from_utf8_lossy(&fs::read(&daemon_log).unwrap_or_default()).into_owned();
-    let marker = |l: &str| l.trim_end_matches('\r').to_owned();
-    let exit_code = console.lines().map(marker).find_map(|l| {
-        l.strip_prefix("=== SCENARIO EXIT ")?
+/// A log file's contents, invalid UTF-8 replaced; empty if it cannot be read.
+pub fn read_lossy(path: &Path) -> String {
+    String::from_utf8_lossy(&fs::read(path).unwrap_or_default()).into_owned()
+}
+
+/// Status from the first `=== SCENARIO EXIT N ===` line of `console`.
+pub fn scenario_exit(console: &str) -> Option<i32> {
+    console.lines().find_map(|l| {
+        l.trim_end_matches('\r')
+            .strip_prefix("=== SCENARIO EXIT ")?
             .strip_suffix(" ===")?
             .parse()
             .ok()
-    });
-    let mounted = console
-        .lines()
-        .map(marker)
-        .any(|l| l.starts_with("=== UVFS MOUNTED "));
-    GuestRun {
-        console,
-        daemon_log,
-        exit_code,
-        mounted,
-        timed_out,
-        elapsed,
-    }
+    })
 }
 
 /// The value N of the last `max_pages=N` in `log` (the daemon logs its FUSE_INIT reply so).

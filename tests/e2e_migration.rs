@@ -1,0 +1,591 @@
+//! Live migration of a real guest (QEMU 10, TCG) between two QEMUs on this host, each with a
+//! backend of its own over the same host directory: a busy guest (a writer appending numbered
+//! lines, a file held open, a flock held, a working directory in the share) carries on after
+//! the switch-over with nothing lost, and a file the guest holds open but the host removed
+//! fails the migration (the guest carries on on the source, its descriptors and locks intact)
+//! or only that file (the destination's choice).
+//!
+//! Each scenario is generic over how the backends are built (a function from the shared host
+//! directory to a [`Backend`]) and runs against union-virtiofsd and, as the reference, against
+//! virtiofsd 1.14.
+
+#[path = "support/guest.rs"]
+mod guest;
+#[path = "support/hostlocks.rs"]
+mod hostlocks;
+#[path = "support/migrate.rs"]
+mod migrate;
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use guest::{Backend, Guest};
+use migrate::{MigrationRun, Outcome, Plan, Side};
+use tmpfs::Tmpfs;
+
+/// Builds a backend that serves one host directory (both sides serve the same one).
+type BuildBackend = fn(&Path) -> Backend;
+
+/// The reference virtiofsd: `$UVFS_VIRTIOFSD`, else the one scripts/lib.sh installs into
+/// .cache/tools.
+fn virtiofsd_binary() -> PathBuf {
+    let path = std::env::var_os("UVFS_VIRTIOFSD").map_or_else(
+        || guest::repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd"),
+        PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "virtiofsd not found at {}: cargo install --locked virtiofsd --version 1.14.0 --root \
+         .cache/tools/virtiofsd (or set UVFS_VIRTIOFSD)",
+        path.display()
+    );
+    path
+}
+
+/// virtiofsd with its migration defaults (`--migration-mode find-paths`,
+/// `--migration-on-error abort`); no sandbox, so /proc/PID/fd shows host paths.
+fn virtiofsd(dir: &Path) -> Backend {
+    let dir = dir.to_str().expect("utf-8 path");
+    Backend::command(
+        virtiofsd_binary(),
+        &[
+            "--socket-path",
+            "{socket}",
+            "--shared-dir",
+            dir,
+            "--cache",
+            "never",
+            "--sandbox",
+            "none",
+        ],
+    )
+}
+
+/// [`virtiofsd`] that, as a destination, lets a migration finish and fails only the guest's
+/// accesses to what it could not migrate.
+fn virtiofsd_guest_error(dir: &Path) -> Backend {
+    let mut b = virtiofsd(dir);
+    b.args
+        .extend(["--migration-on-error", "guest-error"].map(str::to_owned));
+    b
+}
+
+fn guest() -> Guest {
+    Guest {
+        smp: 2,
+        mem: "512M".to_owned(),
+        timeout: Duration::from_secs(100),
+        ..Guest::default()
+    }
+}
+
+/// Lines in the host's copy of the writer's log.
+fn host_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+fn report(name: &str, run: &MigrationRun) {
+    eprintln!(
+        "{name}: outcome={:?} total_time={:?} downtime={:?} host-measured={:?} exit {:?} on \
+         {:?}, run {:?}",
+        run.outcome,
+        run.total_time,
+        run.downtime,
+        run.migrate_wall,
+        run.exit_code,
+        run.exit_on,
+        run.elapsed
+    );
+    if std::env::var_os("UVFS_MIGRATION_TRANSCRIPT").is_some() {
+        eprintln!("{}", run.transcript());
+    }
+}
+
+/// Where a guest's flock(2) locks live with a backend.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Flocks {
+    /// In the guest kernel: the backend does not offer FUSE locks (virtiofsd 1.14).
+    GuestLocal,
+    /// On the host, taken by the backend (union-virtiofsd): the destination must hold them
+    /// once the guest runs there.
+    OnHost,
+}
+
+/// What the host saw from the hooks of the busy-guest migration.
+#[derive(Default)]
+struct HostView {
+    /// Lines of /mnt/log on the host just before `migrate`.
+    lines_before: usize,
+    /// ... and once the destination runs the guest.
+    lines_at_switch: usize,
+    /// Whether the destination backend then has open.txt open.
+    dest_holds_open: bool,
+    /// /proc/locks on the lock file before `migrate`, and the source backend's processes.
+    locks_before: Vec<String>,
+    source_pids: Vec<u32>,
+    /// /proc/locks on the lock file at the switch-over, and the destination's processes.
+    locks_at_switch: Vec<String>,
+    dest_pids: Vec<u32>,
+}
+
+/// The holder pids in /proc/locks lines (`N: FLOCK ADVISORY WRITE PID MAJ:MIN:INO ...`).
+fn lock_pids(lines: &[String]) -> Vec<u32> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(4)?.parse().ok())
+        .collect()
+}
+
+/// Checks the host's view of the guest's flock: none with [`Flocks::GuestLocal`], else held
+/// by one of `holders` (the processes of the backend that should hold it, named `who`).
+fn assert_host_flock(flocks: Flocks, locks: &[String], holders: &[u32], who: &str, t: &str) {
+    match flocks {
+        Flocks::GuestLocal => assert!(
+            locks.is_empty(),
+            "host locks although flocks are guest-local: {locks:?}: {t}"
+        ),
+        Flocks::OnHost => {
+            let pids = lock_pids(locks);
+            assert!(
+                !pids.is_empty() && pids.iter().all(|p| holders.contains(p)),
+                "the {who} backend ({holders:?}) should hold the guest's flock: {locks:?}: {t}"
+            );
+        }
+    }
+}
+
+/// A busy guest: a background writer appends numbered lines to /mnt/log during the
+/// migration and after it, a file stays open (read-write) across it, another holds an
+/// exclusive flock across it, the working directory is in the share. Afterwards every line
+/// is there once and in order, the held descriptor reads and writes, the lock is still held
+/// (and can be let go), relative paths resolve, and the host's files say the same. The
+/// destination backend holds the open file once the guest runs there (and the lock, with
+/// [`Flocks::OnHost`]); the source backend exits once its QEMU is gone.
+fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, flocks: Flocks) {
+    let share = Tmpfs::new("64M");
+    let root = share.path().to_owned();
+    let scenario = r#"
+export PATH=/opt/tools/bin:$PATH
+mkdir -p dir/sub
+echo alpha > dir/a.txt
+echo held > open.txt
+exec 3<>/mnt/open.txt
+echo lock > lockfile
+exec 4<>/mnt/lockfile
+flock -x -n 4 || fail "flock on a fresh file"
+cd /mnt/dir
+( n=0
+  while [ ! -e /tmp/stop ]; do
+    n=$((n+1)); echo "line $n" >> /mnt/log || { echo "writer failed at line $n"; exit 1; }
+  done
+  echo $n > /tmp/written ) &
+writer=$!
+i=0; while [ ! -s /mnt/log ]; do i=$((i+1)); [ $i -lt 300 ] || fail "writer did not start"; sleep 0.1; done
+migrate_now
+outcome=$(wait_migrated)
+expect_eq "$outcome" done "migration outcome"
+# The writer goes on on the destination: 20 more lines at least.
+n0=$(wc -l < /mnt/log); i=0
+while [ "$(wc -l < /mnt/log)" -lt $((n0 + 20)) ]; do
+  i=$((i+1)); [ $i -lt 300 ] || fail "writer stalled after the migration"; sleep 0.1
+done
+touch /tmp/stop
+wait $writer || fail "writer failed"
+n=$(cat /tmp/written)
+seq 1 "$n" | sed 's/^/line /' > /tmp/expect
+cmp /tmp/expect /mnt/log || fail "/mnt/log is not lines 1..$n"
+section log echo "$n"
+expect_eq "$(cat <&3)" held "read through the descriptor held across the migration"
+echo after >&3
+expect_eq "$(cat /mnt/open.txt)" "held
+after" "open.txt after writing through the held descriptor"
+exec 3>&-
+if flock -x -n /mnt/lockfile true; then fail "the flock held across the migration was lost"; fi
+flock -u 4
+flock -x -n /mnt/lockfile true || fail "the flock let go after the migration is still held"
+exec 4>&-
+expect_eq "$(pwd)" /mnt/dir "working directory"
+expect_eq "$(cat a.txt)" alpha "a path relative to the working directory"
+echo rel > rel.txt
+mkdir sub/deeper
+section ls ls -1 .
+section ls-sub ls -1 sub
+"#;
+    let view = Rc::new(RefCell::new(HostView::default()));
+    let (log, open, lockfile) = (
+        root.join("log"),
+        root.join("open.txt"),
+        root.join("lockfile"),
+    );
+    let plan = Plan::new(root.join(".migrated"))
+        .before_migrate({
+            let (view, log, lockfile) = (view.clone(), log.clone(), lockfile.clone());
+            move |ctx| {
+                let mut v = view.borrow_mut();
+                v.lines_before = host_lines(&log);
+                v.locks_before = hostlocks::locks_on_file(&lockfile);
+                v.source_pids = migrate::group_pids(ctx.source_daemon);
+            }
+        })
+        .after_switch({
+            let view = view.clone();
+            move |ctx| {
+                let mut v = view.borrow_mut();
+                v.lines_at_switch = host_lines(&log);
+                let open = std::fs::metadata(open).expect("open.txt");
+                v.dest_holds_open = migrate::group_holds(ctx.dest_daemon, &open);
+                v.locks_at_switch = hostlocks::locks_on_file(&lockfile);
+                v.dest_pids = migrate::group_pids(ctx.dest_daemon);
+            }
+        });
+    let g = Guest {
+        extra_initrd: vec![guest::tools_initrd()],
+        ..guest()
+    };
+    let run = migrate::run_migration(&source(&root), &dest(&root), &g, scenario, plan);
+    report("busy guest", &run);
+    let v = view.borrow();
+    eprintln!(
+        "busy guest: the host saw {} lines when migrating, {} at the switch-over; host locks \
+         before {:?} (source {:?}), at the switch-over {:?} (destination {:?})",
+        v.lines_before,
+        v.lines_at_switch,
+        v.locks_before,
+        v.source_pids,
+        v.locks_at_switch,
+        v.dest_pids
+    );
+    run.assert_completed();
+    run.assert_success();
+    let t = run.transcript();
+    assert_eq!(run.exit_on, Some(Side::Dest), "{t}");
+    assert!(run.source_qemu_exit.is_some(), "source QEMU still ran: {t}");
+    assert!(
+        run.source_daemon_exit.is_some_and(|s| s.success()),
+        "the source backend did not exit cleanly once its QEMU was gone: {t}"
+    );
+    assert!(
+        v.dest_holds_open,
+        "the destination backend does not hold open.txt: {t}"
+    );
+    assert!(
+        v.lines_before > 0 && v.lines_at_switch > v.lines_before,
+        "no line written during the migration (host saw {} then {}): {t}",
+        v.lines_before,
+        v.lines_at_switch
+    );
+    assert_host_flock(flocks, &v.locks_before, &v.source_pids, "source", &t);
+    assert_host_flock(flocks, &v.locks_at_switch, &v.dest_pids, "destination", &t);
+
+    let n: usize = run.section("log").expect("log section")[0]
+        .parse()
+        .expect("line count");
+    let expect: String = (1..=n).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(std::fs::read_to_string(root.join("log")).unwrap(), expect);
+    assert_eq!(
+        std::fs::read_to_string(root.join("open.txt")).unwrap(),
+        "held\nafter\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("dir/rel.txt")).unwrap(),
+        "rel\n"
+    );
+    assert!(root.join("dir/sub/deeper").is_dir(), "{t}");
+    assert_eq!(
+        run.section("ls").as_deref(),
+        Some(&["a.txt", "rel.txt", "sub"].map(str::to_owned)[..]),
+        "{t}"
+    );
+    assert_eq!(
+        run.section("ls-sub").as_deref(),
+        Some(&["deeper".to_owned()][..]),
+        "{t}"
+    );
+    // No lock outlives the guest's letting go.
+    assert_eq!(
+        hostlocks::locks_on_file(&root.join("lockfile")),
+        Vec::<String>::new()
+    );
+}
+
+/// What the host saw from the hooks of the removed-file migration.
+#[derive(Default)]
+struct LostView {
+    /// Whether the source backend still had the removed file open after a failed migration.
+    source_holds_removed: bool,
+    /// /proc/locks on the lock file once the outcome is known, and the processes of the
+    /// backend that then serves the guest.
+    locks_after: Vec<String>,
+    serving_pids: Vec<u32>,
+}
+
+/// The guest holds `victim` open (read-write) and an exclusive flock on `lockfile`, and the
+/// host removes `victim` just before the migration: its path is gone, so a backend that
+/// migrates open files by path cannot reopen it on the destination. The scenario checks what
+/// the guest sees for either outcome: after a failed migration it still runs on the source
+/// and the descriptor still reads and writes the removed file; after a completed one (the
+/// destination gave up only that file) the descriptor fails with EIO. Either way the flock
+/// is still held, then let go, and everything else works.
+fn open_file_removed_on_the_host(
+    source: BuildBackend,
+    dest: BuildBackend,
+    return_path: bool,
+    flocks: Flocks,
+) -> MigrationRun {
+    let share = Tmpfs::new("16M");
+    let root = share.path().to_owned();
+    let scenario = r#"
+export PATH=/opt/tools/bin:$PATH
+echo hello > victim
+echo other > other.txt
+exec 3<>/mnt/victim
+echo lock > lockfile
+exec 4<>/mnt/lockfile
+flock -x -n 4 || fail "flock on a fresh file"
+migrate_now
+outcome=$(wait_migrated)
+section outcome echo "$outcome"
+[ ! -e /mnt/victim ] || fail "victim still has a path"
+case "$outcome" in
+failed)
+  expect_eq "$(cat <&3)" hello "read through the descriptor of the removed file"
+  echo more >&3 ;;
+done)
+  if out=$(cat <&3 2>&1); then fail "read through the lost descriptor worked: $out"; fi
+  case "$out" in *"Input/output error"*) ;; *) fail "read: expected EIO, got: $out" ;; esac
+  if (echo more >&3) 2>/tmp/err; then fail "write through the lost descriptor worked"; fi
+  grep -q "Input/output error" /tmp/err || fail "write: expected EIO, got: $(cat /tmp/err)" ;;
+*) fail "unexpected outcome $outcome" ;;
+esac
+echo "$outcome: lost descriptor checked"
+exec 3>&-
+if flock -x -n /mnt/lockfile true; then fail "the flock held across the migration was lost"; fi
+flock -u 4
+flock -x -n /mnt/lockfile true || fail "the flock let go is still held"
+exec 4>&-
+expect_eq "$(cat other.txt)" other "another file"
+echo new > new.txt
+"#;
+    let view = Rc::new(RefCell::new(LostView::default()));
+    let removed = Rc::new(RefCell::new(None));
+    let (victim, lockfile) = (root.join("victim"), root.join("lockfile"));
+    let plan = Plan::new(root.join(".migrated"))
+        .return_path(return_path)
+        .before_migrate({
+            let (victim, removed) = (victim.clone(), removed.clone());
+            move |_| {
+                *removed.borrow_mut() = Some(std::fs::metadata(&victim).expect("victim"));
+                std::fs::remove_file(&victim).expect("remove victim");
+            }
+        })
+        .after_failure({
+            let (view, lockfile) = (view.clone(), lockfile.clone());
+            move |ctx| {
+                let removed = removed.borrow();
+                let removed = removed.as_ref().expect("removed before the migration");
+                let mut v = view.borrow_mut();
+                v.source_holds_removed = migrate::group_holds(ctx.source_daemon, removed);
+                v.locks_after = hostlocks::locks_on_file(&lockfile);
+                v.serving_pids = migrate::group_pids(ctx.source_daemon);
+            }
+        })
+        .after_switch({
+            let view = view.clone();
+            move |ctx| {
+                let mut v = view.borrow_mut();
+                v.locks_after = hostlocks::locks_on_file(&lockfile);
+                v.serving_pids = migrate::group_pids(ctx.dest_daemon);
+            }
+        });
+    let g = Guest {
+        extra_initrd: vec![guest::tools_initrd()],
+        ..guest()
+    };
+    let run = migrate::run_migration(&source(&root), &dest(&root), &g, scenario, plan);
+    let t = run.transcript();
+    run.assert_success();
+    let v = view.borrow();
+    let who = match run.outcome {
+        Outcome::Completed => "destination",
+        _ => "source",
+    };
+    assert_host_flock(flocks, &v.locks_after, &v.serving_pids, who, &t);
+    if let Outcome::Failed(_) = run.outcome {
+        assert!(
+            v.source_holds_removed,
+            "the source backend no longer held the removed file after the failure: {t}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("new.txt")).unwrap(),
+        "new\n",
+        "{t}"
+    );
+    assert!(!victim.exists(), "{t}");
+    assert_eq!(
+        hostlocks::locks_on_file(&root.join("lockfile")),
+        Vec::<String>::new()
+    );
+    run
+}
+
+/// Common checks of a migration that failed because of the removed file: the guest went on
+/// running on the source with its descriptor intact, and the destination QEMU gave up.
+fn assert_failed_and_resumed(run: &MigrationRun) {
+    let t = run.transcript();
+    assert!(
+        matches!(run.outcome, Outcome::Failed(_)),
+        "expected a failed migration: {t}"
+    );
+    assert_eq!(run.exit_on, Some(Side::Source), "{t}");
+    assert_eq!(
+        run.section("outcome").as_deref(),
+        Some(&["failed".to_owned()][..]),
+        "{t}"
+    );
+    assert!(
+        run.console().contains("failed: lost descriptor checked"),
+        "{t}"
+    );
+    assert!(
+        run.dest_qemu_exit.is_some_and(|s| !s.success()),
+        "the destination QEMU should have exited with an error: {t}"
+    );
+    assert!(run.dest_console.contains("load of migration failed"), "{t}");
+}
+
+/// Checks of a migration that completed although one open file was lost: the guest runs on
+/// the destination, which fails only that file.
+fn assert_completed_without_the_lost_file(run: &MigrationRun) {
+    let t = run.transcript();
+    run.assert_completed();
+    assert_eq!(run.exit_on, Some(Side::Dest), "{t}");
+    assert_eq!(
+        run.section("outcome").as_deref(),
+        Some(&["done".to_owned()][..]),
+        "{t}"
+    );
+    assert!(
+        run.console().contains("done: lost descriptor checked"),
+        "{t}"
+    );
+}
+
+/// union-virtiofsd over the directory as its one RW branch.
+fn union(dir: &Path) -> Backend {
+    Backend::union(&[(dir, guest::Mode::Rw)], &["-o", "minfreespace=1M"])
+}
+
+/// [`union`] that, as a destination, finishes a migration despite inodes it cannot open.
+fn union_guest_error(dir: &Path) -> Backend {
+    let mut b = union(dir);
+    b.args
+        .extend(["--migration-on-error", "guest-error"].map(str::to_owned));
+    b
+}
+
+#[test]
+fn migrates_a_busy_guest_with_open_files_cwd_and_locks() {
+    busy_guest_migrates(union, union, Flocks::OnHost);
+}
+
+#[test]
+fn an_open_file_removed_on_the_host_fails_the_migration_and_the_source_goes_on() {
+    let run = open_file_removed_on_the_host(union, union, true, Flocks::OnHost);
+    report("removed open file, abort", &run);
+    assert_failed_and_resumed(&run);
+}
+
+/// Without QEMU's return path the source has handed everything over (locks included) when
+/// the destination fails: resumed with `cont`, it must take its state back.
+#[test]
+fn without_return_path_the_source_resumed_by_cont_has_its_state_back() {
+    let run = open_file_removed_on_the_host(union, union, false, Flocks::OnHost);
+    report("removed open file, abort, no return path", &run);
+    assert_failed_and_resumed(&run);
+    assert!(
+        run.qmp_log.contains(r#"{"execute": "cont"}"#),
+        "{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn guest_error_mode_fails_only_the_lost_file() {
+    let run = open_file_removed_on_the_host(union, union_guest_error, true, Flocks::OnHost);
+    report("removed open file, guest-error", &run);
+    assert_completed_without_the_lost_file(&run);
+}
+
+#[test]
+fn virtiofsd_migrates_a_busy_guest_with_open_files_and_cwd() {
+    busy_guest_migrates(virtiofsd, virtiofsd, Flocks::GuestLocal);
+}
+
+/// virtiofsd (find-paths, `--migration-on-error abort` on the destination): the source finds
+/// no path for the removed file and sends it as lost, the destination refuses the state, and
+/// with QEMU's return path the source learns it ("Sibling indicated error 1"), fails the
+/// migration and resumes the guest by itself.
+#[test]
+fn virtiofsd_aborts_when_an_open_file_was_removed_on_the_host() {
+    let run = open_file_removed_on_the_host(virtiofsd, virtiofsd, true, Flocks::GuestLocal);
+    report("virtiofsd: removed open file, abort", &run);
+    assert_failed_and_resumed(&run);
+    let t = run.transcript();
+    assert_eq!(
+        run.outcome,
+        Outcome::Failed("Sibling indicated error 1".to_owned()),
+        "{t}"
+    );
+    assert!(
+        run.dest_console
+            .contains("Back-end failed to process its internal state"),
+        "{t}"
+    );
+    assert!(run.source_daemon_log.contains("Inode deleted"), "{t}");
+    assert!(
+        run.dest_daemon_log
+            .contains("Migration source has lost inode"),
+        "{t}"
+    );
+}
+
+/// The same without QEMU's return path: the source calls the migration completed once it has
+/// sent everything and waits paused; the destination fails to load and exits; the harness
+/// (as a management layer would) sees the destination is not running and resumes the source
+/// with `cont`, where the guest carries on with its descriptor intact.
+#[test]
+fn virtiofsd_abort_without_return_path_is_resumed_on_the_source() {
+    let run = open_file_removed_on_the_host(virtiofsd, virtiofsd, false, Flocks::GuestLocal);
+    report("virtiofsd: removed open file, abort, no return path", &run);
+    assert_failed_and_resumed(&run);
+    let t = run.transcript();
+    assert_eq!(
+        run.query_migrate
+            .as_ref()
+            .and_then(|q| q.get("status"))
+            .and_then(migrate::Json::as_str),
+        Some("completed"),
+        "the source alone should have called it completed: {t}"
+    );
+    assert!(run.qmp_log.contains(r#"{"execute": "cont"}"#), "{t}");
+}
+
+/// virtiofsd with `--migration-on-error guest-error` on the destination: the migration
+/// completes, and only the removed file fails (EIO) for the guest.
+#[test]
+fn virtiofsd_guest_error_mode_fails_only_the_lost_file() {
+    let run =
+        open_file_removed_on_the_host(virtiofsd, virtiofsd_guest_error, true, Flocks::GuestLocal);
+    report("virtiofsd: removed open file, guest-error", &run);
+    assert_completed_without_the_lost_file(&run);
+    assert!(
+        run.dest_daemon_log.contains("Invalid handle"),
+        "{}",
+        run.transcript()
+    );
+}
