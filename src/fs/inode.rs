@@ -25,7 +25,7 @@ use std::sync::{Arc, RwLock};
 use crate::sys::handle::FileHandle;
 
 mod image;
-pub use image::{NodeRecord, Restored};
+pub use image::NodeRecord;
 
 /// The FUSE root node id.
 pub const ROOT_ID: u64 = 1;

@@ -213,19 +213,24 @@ impl GuestRun {
 
     /// Lines printed between `=== BEGIN name ===` and `=== END name ===` (first such section).
     pub fn section(&self, name: &str) -> Option<Vec<String>> {
-        let begin = format!("=== BEGIN {name} ===");
-        let end = format!("=== END {name} ===");
-        let mut lines = self.console.lines().map(|l| l.trim_end_matches('\r'));
-        lines.by_ref().find(|l| *l == begin)?;
-        let mut out = Vec::new();
-        for line in lines {
-            if line == end {
-                return Some(out);
-            }
-            out.push(line.to_owned());
-        }
-        None
+        section_of(&self.console, name)
     }
+}
+
+/// Lines of `console` between `=== BEGIN name ===` and `=== END name ===` (first such section).
+pub fn section_of(console: &str, name: &str) -> Option<Vec<String>> {
+    let begin = format!("=== BEGIN {name} ===");
+    let end = format!("=== END {name} ===");
+    let mut lines = console.lines().map(|l| l.trim_end_matches('\r'));
+    lines.by_ref().find(|l| *l == begin)?;
+    let mut out = Vec::new();
+    for line in lines {
+        if line == end {
+            return Some(out);
+        }
+        out.push(line.to_owned());
+    }
+    None
 }
 
 fn tail(text: &str, n: usize) -> String {

@@ -218,19 +218,7 @@ impl MigrationRun {
     /// Lines between `=== BEGIN name ===` and `=== END name ===` (first such section, which
     /// may start on the source and end on the destination).
     pub fn section(&self, name: &str) -> Option<Vec<String>> {
-        let begin = format!("=== BEGIN {name} ===");
-        let end = format!("=== END {name} ===");
-        let console = self.console();
-        let mut lines = console.lines().map(|l| l.trim_end_matches('\r'));
-        lines.by_ref().find(|l| *l == begin)?;
-        let mut out = Vec::new();
-        for line in lines {
-            if line == end {
-                return Some(out);
-            }
-            out.push(line.to_owned());
-        }
-        None
+        guest::section_of(&self.console(), name)
     }
 
     /// Panics, with the transcript, unless the scenario exited 0.

@@ -17,7 +17,8 @@ use crate::sys::handle::FileHandle;
 /// How a record's node holds its object: its branch, its descriptor when open, its handle.
 pub type HoldRecord = (usize, Option<Arc<OwnedFd>>, Option<Arc<FileHandle>>);
 
-/// One node as the table holds it.
+/// One node as the table holds it (or as a session import found it again: `hold` None for
+/// a node not bound, or lost).
 pub struct NodeRecord {
     /// Its id.
     pub id: u64,
@@ -33,28 +34,7 @@ pub struct NodeRecord {
     pub hold: Option<HoldRecord>,
     /// Its content stamp.
     pub stamp: Option<(i64, i64, i64)>,
-    /// Whether it was lost in an earlier migration.
-    pub lost: bool,
-}
-
-/// One node found again, to restore.
-pub struct Restored {
-    /// Its id.
-    pub id: u64,
-    /// The guest's lookup count.
-    pub lookups: u64,
-    /// Its names, the first being its path.
-    pub names: Vec<(u64, CString)>,
-    /// Whether it is a directory.
-    pub is_dir: bool,
-    /// The identity of what was found.
-    pub key: Option<Key>,
-    /// The branch, descriptor (None: closed, reopened on use) and handle it was found with
-    /// (None: unbound, or lost).
-    pub hold: Option<HoldRecord>,
-    /// Its content stamp.
-    pub stamp: Option<(i64, i64, i64)>,
-    /// Not found again: operations on it answer EIO.
+    /// Whether it was not found again in a migration: operations on it answer EIO.
     pub lost: bool,
 }
 
@@ -86,7 +66,7 @@ impl InodeTable {
     /// Replaces every node with `nodes` (which must hold the root, each id once, every
     /// parent they name, each name once; else EINVAL and the table is unchanged); node ids
     /// continue from `next_id`.
-    pub fn restore(&self, nodes: Vec<Restored>, next_id: u64) -> io::Result<()> {
+    pub fn restore(&self, nodes: Vec<NodeRecord>, next_id: u64) -> io::Result<()> {
         let ids: HashSet<u64> = nodes.iter().map(|n| n.id).collect();
         if ids.len() != nodes.len() || !ids.contains(&ROOT_ID) {
             return Err(err(libc::EINVAL));

@@ -18,7 +18,7 @@ use rustix::fs::OFlags;
 use super::{Locate, NodeImage, OnError, OpenImage, SessionImage};
 use crate::fs::branches::HandleMount;
 use crate::fs::handle::{DirHandle, FileHandle as OpenFile, Handle};
-use crate::fs::inode::{Restored, ROOT_ID};
+use crate::fs::inode::{NodeRecord, ROOT_ID};
 use crate::fs::readdir_snapshot::MergedEntry;
 use crate::fs::UnionFs;
 use crate::sync::LockRecover;
@@ -195,7 +195,7 @@ impl UnionFs {
         nodes: &[NodeImage],
         on_error: OnError,
         lost: &mut usize,
-    ) -> Result<Vec<Restored>, ImportError> {
+    ) -> Result<Vec<NodeRecord>, ImportError> {
         let first: HashMap<u64, (u64, &[u8])> = nodes
             .iter()
             .filter_map(|n| {
@@ -220,7 +220,7 @@ impl UnionFs {
                 names.push((*p, CString::new(name.clone()).expect("checked for NUL")));
             }
             let path = || walk(n.id, nodes.len(), |id| first.get(&id).copied());
-            let mut r = Restored {
+            let mut r = NodeRecord {
                 id: n.id,
                 lookups: n.lookups,
                 names,
