@@ -4,7 +4,7 @@
 //! ```text
 //! guest_lock FILE try       F_SETLK a write lock on the whole file; exit 0 if granted, 1 if held
 //! guest_lock FILE wait      F_SETLKW; exit 0 when granted
-//! guest_lock FILE hold PATH F_SETLKW, create PATH, then keep the lock until PATH2 = PATH.done exists
+//! guest_lock FILE hold PATH F_SETLKW, create PATH, then keep the lock until PATH.done exists (at most 15 min)
 //! guest_lock FILE test      F_GETLK; prints "unlocked" or "locked"
 //! guest_lock FILE deadlock [FILE2]
 //!                           two processes, each holding one byte (byte 0 of FILE, byte 1 of
@@ -176,7 +176,7 @@ fn main() {
             }
             std::fs::write(&args[3], "").expect("create the signal file");
             let done = format!("{}.done", args[3]);
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_secs(900);
             while !std::path::Path::new(&done).exists() {
                 if Instant::now() > deadline {
                     std::process::exit(9);

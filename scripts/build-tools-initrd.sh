@@ -9,6 +9,9 @@
 #   scripts/build-tools-initrd.sh stress
 # packs stress-ng (its lock stressors: tests/e2e_lock_waits.rs) the same way, on its own
 # (30 MB): .cache/guest/stress.cpio.
+#   scripts/build-tools-initrd.sh fio
+# packs fio (with --verify: the I/O load of tests/e2e_upgrade.rs) the same way:
+# .cache/guest/fio.cpio.
 #   scripts/build-tools-initrd.sh fsx
 # packs the fsx data-integrity exerciser (cargo install'ed into .cache/tools/fsx if absent) and
 # qemu/fsx-all.toml, a mix with every operation it has (tests/e2e_integrity.rs):
@@ -21,6 +24,10 @@ if [ "${1:-}" = stress ]; then
     out="$UVFS_GUEST_CACHE/stress.cpio"
     newest=/usr/bin/stress-ng
     progs=(/usr/bin/stress-ng)
+elif [ "${1:-}" = fio ]; then
+    out="$UVFS_GUEST_CACHE/fio.cpio"
+    newest=/usr/bin/fio
+    progs=(/usr/bin/fio)
 elif [ "${1:-}" = fsx ]; then
     out="$UVFS_GUEST_CACHE/fsx.cpio"
     newest="$UVFS_ROOT/.cache/tools/fsx/bin/fsx"

@@ -405,22 +405,33 @@ pub struct Args {
     #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
     pub translate_gid: Vec<Translate>,
 
-    /// How migration state is represented (migration is not supported).
+    /// How the source of a migration describes the guest's files to the destination:
+    /// `find-paths` (default; by their paths) or `file-handles` (by file handle, which
+    /// needs CAP_DAC_READ_SEARCH on the destination).
     #[arg(long, value_enum, value_name = "MODE")]
     pub migration_mode: Option<MigrationMode>,
 
-    /// What the migration destination does with an inode it cannot open (migration is not
-    /// supported).
+    /// What the migration destination does with a file it cannot find again: `abort`
+    /// (default; the migration fails and the source goes on) or `guest-error` (that file
+    /// answers EIO in the guest).
     #[arg(long, value_enum, value_name = "MODE")]
     pub migration_on_error: Option<MigrationOnError>,
 
-    /// Migration handle verification (migration is not supported).
+    /// The migration source also sends each file's handle, and the destination checks that
+    /// what it found by path is that file.
     #[arg(long)]
     pub migration_verify_handles: bool,
 
-    /// Migration path confirmation (migration is not supported).
+    /// The migration source checks each file's path still leads to it before it sends it.
     #[arg(long)]
     pub migration_confirm_paths: bool,
+
+    /// Upgrade in place: take over the session of the daemon running on the same
+    /// `--socket-path` (PIDFILE is its `<socket>.pid`): its front-end connection, guest
+    /// memory, rings and the guest's files and locks. Start it with the running daemon's
+    /// options; the old daemon exits once this one has answered its first request.
+    #[arg(long, value_name = "PIDFILE")]
+    pub upgrade: Option<std::path::PathBuf>,
 
     /// Log level debug [deprecated virtiofsd flag].
     #[arg(short = 'd')]

@@ -69,6 +69,14 @@ fn main() -> ExitCode {
     // The socket exists; no thread runs yet and no guest request has been read.
     match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs) {
         Ok(None) => {}
+        Ok(Some(status)) if status == vhost::HANDED_OVER_STATUS => {
+            // The child's session went to a new daemon, which owns the socket files now.
+            return ExitCode::SUCCESS;
+        }
+        Ok(Some(status)) if status == vhost::UPGRADE_ABANDONED_STATUS => {
+            // The child could not take the session over: the files are the old daemon's.
+            return ExitCode::FAILURE;
+        }
         Ok(Some(status)) => {
             // The supervising parent: the sandboxed child has exited.
             if let Some(p) = bound.path() {
@@ -84,6 +92,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let in_sandbox_child = cfg.confinement.sandbox == union_virtiofsd::args::SandboxMode::Namespace;
     if let Err(e) = union_virtiofsd::confine::drop_caps(&cfg.confinement) {
         error!("cannot drop capabilities: {e}");
         return ExitCode::FAILURE;
@@ -106,7 +115,16 @@ fn main() -> ExitCode {
     // The guest's umask rules from here on (the socket was made with the inherited one).
     set_umask(0);
     match daemon.run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(vhost::Ended::Served) => ExitCode::SUCCESS,
+        Ok(vhost::Ended::HandedOver) if in_sandbox_child => {
+            ExitCode::from(vhost::HANDED_OVER_STATUS as u8)
+        }
+        Ok(vhost::Ended::HandedOver) => ExitCode::SUCCESS,
+        Err(e @ vhost::Error::Upgrade(_)) if in_sandbox_child => {
+            // The socket files are the running daemon's still: the supervisor leaves them.
+            error!("{e}");
+            ExitCode::from(vhost::UPGRADE_ABANDONED_STATUS as u8)
+        }
         Err(e) => {
             error!("{e}");
             ExitCode::FAILURE

@@ -44,8 +44,15 @@ fn virsh_ok(args: &[&str]) {
 const QEMU_CONF: &str =
     "\n# union-virtiofsd tests (tests/e2e_libvirt.rs)\nuser = \"root\"\ngroup = \"root\"\n";
 
-/// Starts virtlogd and libvirtd (no systemd here), with [`QEMU_CONF`] in effect.
+/// Starts virtlogd and libvirtd (no systemd here), with [`QEMU_CONF`] in effect. Once per
+/// test process: the tests run in parallel, and two `virtlogd -d` at once make one fail on
+/// the pid file.
 fn ensure_libvirtd() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(start_libvirtd);
+}
+
+fn start_libvirtd() {
     let conf = "/etc/libvirt/qemu.conf";
     let text = fs::read_to_string(conf).expect("libvirt installed (scripts/install-deps.sh)");
     let configured = text.contains(QEMU_CONF);

@@ -88,6 +88,9 @@ pub enum ConfigError {
     /// A --migration-* flag that only applies to the find-paths mode, with --migration-mode=file-handles.
     #[error("{0} cannot be used with --migration-mode=file-handles")]
     MigrationFlag(&'static str),
+    /// `--upgrade` with `--fd`: the running daemon is found by its socket path.
+    #[error("--upgrade needs --socket-path (the running daemon's), not --fd")]
+    UpgradeWithFd,
 }
 
 /// What the confinement settings ask for (sandbox, seccomp, capabilities, id mapping).
@@ -164,6 +167,7 @@ impl TryFrom<Args> for Config {
             }
         };
 
+        let listen2 = listen.clone();
         let mut branches = Vec::new();
         if let Some(dir) = args.shared_dir.clone().or(legacy.source.clone()) {
             branches.push(crate::union::Branch {
@@ -264,6 +268,11 @@ impl TryFrom<Args> for Config {
                 socket_group,
                 allow_mmap: args.allow_mmap,
                 migration,
+                upgrade: match (&args.upgrade, &listen2) {
+                    (None, _) => None,
+                    (Some(p), Listen::Path(_)) => Some(p.clone()),
+                    (Some(_), Listen::Fd(_)) => return Err(ConfigError::UpgradeWithFd),
+                },
             },
             fs: FsConfig {
                 branches,

@@ -34,6 +34,23 @@ pub fn write_pid_file(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Makes the pid file `file` (received locked from the daemon this one upgrades) say `pid`.
+pub fn claim_pid_file(file: &File, pid: u32) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.set_len(0)?;
+    file.write_all_at(format!("{pid}\n").as_bytes(), 0)
+}
+
+/// Listens on the unix socket `path`, replacing a stale one; `mode` for its permissions.
+pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
+    let _ = std::fs::remove_file(path);
+    let l = std::os::unix::net::UnixListener::bind(path)?;
+    if let Some(mode) = mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(l)
+}
+
 /// The gid of group `name` (a number, or a name in /etc/group), if it exists.
 pub fn group_id(name: &str) -> Option<u32> {
     if let Ok(gid) = name.parse() {

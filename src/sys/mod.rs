@@ -14,3 +14,4 @@ pub mod lock;
 pub mod sandbox;
 pub mod seccomp;
 pub mod thread;
+pub mod uds;

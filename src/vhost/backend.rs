@@ -81,6 +81,10 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
     /// (the migration failed, or a snapshot was taken of a running guest), the locks are
     /// taken again.
     saved: Arc<AtomicBool>,
+    /// Upgrade in place: no request is popped while this is set.
+    paused: AtomicBool,
+    /// Held (shared) while a ring is being drained, so that a pause knows when none is.
+    gate: RwLock<()>,
 }
 
 impl<F> FsBackend<F>
@@ -110,6 +114,8 @@ where
             migration,
             transfer: Default::default(),
             saved: Default::default(),
+            paused: AtomicBool::new(false),
+            gate: RwLock::new(()),
         })
     }
 
@@ -191,6 +197,54 @@ where
         Ok(())
     }
 
+    /// Upgrade in place, the old daemon's side: stops popping requests, ends the lock waits,
+    /// waits until every request popped from `rings` has been answered, then returns the
+    /// device state and each ring's position, and lets go of the host locks for the new
+    /// daemon. On error nothing changed but the pause ([`FsBackend::take_back`] ends it).
+    pub fn hand_over(&self, rings: &[Vring]) -> io::Result<(Vec<u8>, Vec<u16>)> {
+        if self.transfer.locked().is_some() {
+            return Err(io::Error::other("a device state transfer runs"));
+        }
+        self.paused.store(true, Ordering::Release);
+        // Every drain that saw no pause has ended.
+        drop(self.gate.writing());
+        self.dispatcher.stop_waits();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        for r in rings {
+            if !r.flight().wait_idle(deadline) {
+                return Err(io::Error::other(format!(
+                    "{} requests still being served after 30 s",
+                    r.flight().count()
+                )));
+            }
+        }
+        let bytes = self.dispatcher.save_state(self.migration.export);
+        let positions = rings.iter().map(|r| r.queue_next_avail()).collect();
+        let locks = self.dispatcher.fs.release_host_locks();
+        info!(
+            "upgrade: session saved ({} bytes), {locks} host locks let go for the new daemon",
+            bytes.len()
+        );
+        Ok((bytes, positions))
+    }
+
+    /// The session stays here after [`FsBackend::hand_over`] (the new daemon gave up):
+    /// the host locks are taken again and requests popped again (the caller kicks the rings).
+    pub fn take_back(&self, locks_released: bool) {
+        if locks_released {
+            let lost = self.dispatcher.fs.retake_host_locks();
+            if lost > 0 {
+                log::error!("upgrade abandoned: {lost} guest locks were taken by others meanwhile");
+            }
+        }
+        self.paused.store(false, Ordering::Release);
+    }
+
+    /// Upgrade in place, the new daemon's side: makes the old daemon's session this one's.
+    pub fn take_over(&self, state: &[u8]) -> io::Result<crate::fs::session::Imported> {
+        self.dispatcher.load_state(state, self.migration.on_error)
+    }
+
     /// Stops the worker pool (queued requests still finish; new ones are served inline).
     pub fn shutdown(&self) {
         if let Some(pool) = &self.pool {
@@ -204,6 +258,10 @@ where
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         let pop = || {
+            // A pause (an upgrade) stops the popping between two requests.
+            if self.paused.load(Ordering::Acquire) {
+                return None;
+            }
             let mut state = vring.get_mut();
             let size = state.get_queue().size();
             state
@@ -247,7 +305,10 @@ where
                 }
             }
             // With EVENT_IDX, re-check for chains queued while notifications were off.
-            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+            if self.paused.load(Ordering::Acquire)
+                || !event_idx
+                || !vring.enable_notification().map_err(io::Error::other)?
+            {
                 return Ok(());
             }
         }
@@ -437,6 +498,12 @@ where
             return Ok(());
         };
         debug!("queue {thread_id}: kick");
+        let _draining = self.gate.reading();
+        if self.paused.load(Ordering::Acquire) {
+            // Handed (or being handed) to a new daemon, which looks at every ring when it
+            // starts.
+            return Ok(());
+        }
         self.hook_rings(vrings);
         if let Err(e) = self.drain(vring, &mem) {
             warn!("queue {thread_id}: {e}");

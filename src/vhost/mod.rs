@@ -3,6 +3,7 @@
 
 mod backend;
 mod dispatch;
+mod frontend;
 mod init;
 mod io;
 mod opcode;
@@ -10,14 +11,18 @@ mod own;
 mod pool;
 mod reply;
 mod state;
+mod tap;
 #[cfg(test)]
 mod tests;
+pub mod upgrade;
 mod vring;
 mod waiters;
 
+use std::os::fd::AsFd;
 use std::os::unix::io::RawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 
 use fuse_backend_rs::api::filesystem::FileSystem;
@@ -25,7 +30,7 @@ use log::{info, warn};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use vhost::vhost_user::{Error as VhostUserError, Listener};
-use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
+use vhost_user_backend::{Error as DaemonError, VhostUserDaemon, VringEpollHandler};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 pub use backend::{FsBackend, MAX_QUEUE_SIZE};
@@ -61,6 +66,8 @@ pub struct DaemonConfig {
     pub socket_group: Option<u32>,
     /// How the session moves to another daemon (`--migration-*`).
     pub migration: Migration,
+    /// `--upgrade PIDFILE`: take the session over from the daemon running on this socket.
+    pub upgrade: Option<PathBuf>,
 }
 
 /// How the session moves to another daemon (migration, snapshots): how the source describes
@@ -83,8 +90,11 @@ pub enum Error {
         /// The socket path.
         path: PathBuf,
         /// The underlying error.
-        source: VhostUserError,
+        source: std::io::Error,
     },
+    /// Taking the session over from the running daemon failed (`--upgrade`).
+    #[error("{0}")]
+    Upgrade(#[from] upgrade::Error),
     /// The inherited `--fd` could not be adopted.
     #[error("cannot use inherited socket fd {fd}: {source}")]
     AdoptFd {
@@ -134,37 +144,92 @@ pub fn capabilities_json() -> &'static str {
 /// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
 pub struct Daemon<F: FileSystem + Send + Sync> {
     backend: Arc<FsBackend<F>>,
-    listener: Listener,
-    path: Option<PathBuf>,
-    /// `<socket>.pid`, locked while the daemon runs (as virtiofsd: launchers wait for it, and a
-    /// second daemon on the same socket fails instead of stealing it).
-    _pid_file: Option<std::fs::File>,
+    sockets: Sockets,
     /// SIGTERM/SIGINT, caught from before the socket exists: a VMM may signal as soon as it
     /// sees the socket, and the default action would kill the daemon with no clean exit.
     signals: Signals,
 }
 
+/// How [`Daemon::run`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The front-end hung up, or a signal came: the session is over.
+    Served,
+    /// The session went to a new daemon (`--upgrade`); its files must stay.
+    HandedOver,
+}
+
+/// The exit status of a sandboxed child whose session went to a new daemon: its supervisor
+/// then leaves the socket files alone and exits 0.
+pub const HANDED_OVER_STATUS: i32 = 99;
+
+/// The exit status of a sandboxed child that could not take a session over (`--upgrade`):
+/// the socket files belong to the old daemon, which serves on; the supervisor exits 1.
+pub const UPGRADE_ABANDONED_STATUS: i32 = 98;
+
 enum Stop {
     Served(Result<(), DaemonError>),
     Signal(i32),
+    HandedOver,
+    Failed(Error),
+}
+
+/// The descriptors a daemon serves through, made before the sandbox.
+struct Sockets {
+    /// The front-end's listening socket (none when it came connected, by an upgrade, from a
+    /// daemon that had none).
+    listener: Option<UnixListener>,
+    /// The session handed over by the daemon this one upgrades.
+    handed: Option<Box<upgrade::Received>>,
+    path: Option<PathBuf>,
+    /// `<socket>.pid`, locked while the daemon runs (as virtiofsd: launchers wait for it, and a
+    /// second daemon on the same socket fails instead of stealing it).
+    pid_file: Option<std::fs::File>,
+    /// `<socket>.upgrade`, where a new daemon asks for the session.
+    upgrades: Option<UnixListener>,
+    /// The vhost-user handler's own socket, and the tap's connection to it.
+    inner: (UnixListener, UnixStream),
+    /// This daemon's pid as the host sees it (before a pid namespace), for the pid file.
+    pid: u32,
 }
 
 /// A bound socket (and locked pid file) with no thread started yet: the moment to enter a
 /// sandbox, before [`Bound::start`] reads any guest request.
 pub struct Bound {
-    listener: Listener,
-    path: Option<PathBuf>,
-    pid_file: Option<std::fs::File>,
+    sockets: Sockets,
     signals: Signals,
     cfg: DaemonConfig,
 }
 
 impl Bound {
-    /// Binds the socket (or adopts `--fd`), locks `<socket>.pid` and catches SIGTERM/SIGINT.
-    /// Starts no thread.
+    /// Binds the socket (or adopts `--fd`, or with `--upgrade` receives the running
+    /// daemon's session), locks `<socket>.pid` and catches SIGTERM/SIGINT. Starts no thread.
     pub fn new(cfg: &DaemonConfig) -> Result<Self, Error> {
         let signals = Signals::new([SIGTERM, SIGINT]).map_err(Error::Signals)?;
+        let inner = crate::sys::uds::inner_pair().map_err(Error::StartWorkers)?;
+        if let Some(pid_file) = &cfg.upgrade {
+            let Listen::Path(path) = &cfg.listen else {
+                unreachable!("config refuses --upgrade with --fd")
+            };
+            let mut r = upgrade::receive(pid_file).map_err(Error::Upgrade)?;
+            info!("upgrade: took the session of pid {} over", r.old_pid);
+            let sockets = Sockets {
+                listener: r.listener.take(),
+                pid_file: r.pid_file.take(),
+                upgrades: r.upgrades.take(),
+                handed: Some(Box::new(r)),
+                path: Some(path.clone()),
+                inner,
+                pid: std::process::id(),
+            };
+            return Ok(Bound {
+                sockets,
+                signals,
+                cfg: cfg.clone(),
+            });
+        }
         let mut pid_file = None;
+        let mut upgrades = None;
         let (listener, path) = match &cfg.listen {
             Listen::Path(p) => {
                 let mut pid_path = p.clone().into_os_string();
@@ -176,10 +241,11 @@ impl Bound {
                         source,
                     },
                 )?);
-                let listener = Listener::new(p, true).map_err(|source| Error::Listen {
-                    path: p.clone(),
-                    source,
-                })?;
+                let listener =
+                    crate::sys::files::bind_unix(p, None).map_err(|source| Error::Listen {
+                        path: p.clone(),
+                        source,
+                    })?;
                 if let Some(gid) = cfg.socket_group {
                     crate::sys::files::give_socket_to_group(p, gid).map_err(|source| {
                         Error::SocketGroup {
@@ -188,18 +254,31 @@ impl Bound {
                         }
                     })?;
                 }
+                let channel = upgrade::channel_path(p);
+                upgrades = Some(crate::sys::files::bind_unix(&channel, Some(0o600)).map_err(
+                    |source| Error::Listen {
+                        path: channel.clone(),
+                        source,
+                    },
+                )?);
                 (listener, Some(p.clone()))
             }
             Listen::Fd(fd) => {
                 let l = crate::sys::fd::adopt_listener(*fd)
                     .map_err(|source| Error::AdoptFd { fd: *fd, source })?;
-                (Listener::from(l), None)
+                (l, None)
             }
         };
         Ok(Bound {
-            listener,
-            path,
-            pid_file,
+            sockets: Sockets {
+                listener: Some(listener),
+                handed: None,
+                path,
+                pid_file,
+                upgrades,
+                inner,
+                pid: std::process::id(),
+            },
             signals,
             cfg: cfg.clone(),
         })
@@ -207,7 +286,7 @@ impl Bound {
 
     /// The socket path, if the daemon created one.
     pub fn path(&self) -> Option<&std::path::Path> {
-        self.path.as_deref()
+        self.sockets.path.as_deref()
     }
 
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
@@ -227,17 +306,17 @@ impl Bound {
         .map_err(Error::StartWorkers)?;
         Ok(Daemon {
             backend: Arc::new(backend),
-            listener: self.listener,
-            path: self.path,
-            _pid_file: self.pid_file,
+            sockets: self.sockets,
             signals: self.signals,
         })
     }
 }
 
-/// Removes the socket and its pid file (on exit; the sandbox's parent does it for its child).
+/// Removes the socket, its pid file and upgrade channel (on exit; the sandbox's parent does
+/// it for its child).
 pub fn remove_socket_files(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(upgrade::channel_path(path));
     let mut pid = path.to_path_buf().into_os_string();
     pid.push(".pid");
     let _ = std::fs::remove_file(pid);
@@ -252,14 +331,21 @@ where
         Bound::new(cfg)?.start(fs)
     }
 
-    /// Serves one frontend until it disconnects (Ok) or SIGTERM/SIGINT arrives (Ok); stops the
-    /// queue and worker threads before returning.
-    pub fn run(self) -> Result<(), Error> {
+    /// Serves one frontend until it disconnects, SIGTERM/SIGINT arrives, or the session goes
+    /// to a new daemon (`--upgrade`); stops the queue and worker threads before returning.
+    pub fn run(self) -> Result<Ended, Error> {
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::<backend::Logged>::new());
         let mut daemon =
             VhostUserDaemon::new("union-virtiofsd".to_string(), self.backend.clone(), mem)
                 .map_err(Error::CreateDaemon)?;
+        let rings = vring::take_made();
         let handlers = daemon.get_epoll_handlers();
+        let sockets = self.sockets;
+        let (inner_listener, inner) = sockets.inner;
+        // The connection to it is already queued: this returns at once.
+        daemon
+            .start(&mut Listener::from(inner_listener))
+            .map_err(Error::CreateDaemon)?;
         let mut signals = self.signals;
         let signal_handle = signals.handle();
         let (tx, rx) = mpsc::channel();
@@ -272,33 +358,82 @@ where
                 }
             })
             .map_err(Error::Signals)?;
-        let mut listener = self.listener;
-        // Launchers (kata) wait for this exact line on stderr, as virtiofsd prints it.
-        info!("Waiting for vhost-user socket connection...");
+        let served_tx = tx.clone();
         thread::Builder::new()
             .name("vhost-user".to_string())
             .spawn(move || {
-                let res = daemon.start(&mut listener).and_then(|()| {
-                    info!("frontend connected");
-                    daemon.wait()
-                });
-                let _ = tx.send(Stop::Served(res));
-                // Keep the listener (and its socket file) until the session is over.
-                drop(listener);
+                let _ = served_tx.send(Stop::Served(daemon.wait()));
             })
             .map_err(Error::StartWorkers)?;
+
+        let tap: Arc<OnceLock<Arc<tap::Tap>>> = Arc::default();
+        let dup = |l: &Option<UnixListener>| l.as_ref().and_then(|l| l.try_clone().ok());
+        let old = Arc::new(OldSide {
+            backend: self.backend.clone(),
+            rings: rings.clone(),
+            tap: tap.clone(),
+            handlers: handlers.clone(),
+            listener: dup(&sockets.listener),
+            upgrades: dup(&sockets.upgrades),
+            pid_file: sockets.pid_file.as_ref().and_then(|f| f.try_clone().ok()),
+        });
+        if let Some(handed) = sockets.handed {
+            let t = take_over(&self.backend, &rings, *handed, inner).map_err(Error::Upgrade)?;
+            let _ = tap.set(t);
+            // The pid file (locked by the old daemon, the lock shared with this one) names
+            // this daemon from now on.
+            if let Some(f) = &sockets.pid_file {
+                if let Err(e) = crate::sys::files::claim_pid_file(f, sockets.pid) {
+                    warn!("upgrade: cannot write this daemon's pid into the pid file: {e}");
+                }
+            }
+        } else if let Some(listener) = &sockets.listener {
+            let listener = listener.try_clone().map_err(Error::StartWorkers)?;
+            let tap = tap.clone();
+            let front_tx = tx.clone();
+            // Launchers (kata) wait for this exact line on stderr, as virtiofsd prints it.
+            info!("Waiting for vhost-user socket connection...");
+            thread::Builder::new()
+                .name("vhost-user-accept".to_string())
+                .spawn(move || {
+                    let connected = listener
+                        .accept()
+                        .and_then(|(front, _)| tap::Tap::new(front, inner, Default::default()))
+                        .and_then(|t| t.start().map(|()| t));
+                    match connected {
+                        Ok(t) => {
+                            info!("frontend connected");
+                            let _ = tap.set(t);
+                        }
+                        Err(e) => {
+                            let _ = front_tx.send(Stop::Failed(Error::StartWorkers(e)));
+                        }
+                    }
+                })
+                .map_err(Error::StartWorkers)?;
+        }
+        if let Some(upgrades) = sockets.upgrades {
+            let old = old.clone();
+            thread::Builder::new()
+                .name("upgrade".to_string())
+                .spawn(move || {
+                    if serve_upgrades(&upgrades, &*old) {
+                        let _ = tx.send(Stop::HandedOver);
+                    }
+                })
+                .map_err(Error::StartWorkers)?;
+        }
 
         let result = match rx.recv() {
             Ok(Stop::Signal(sig)) => {
                 info!("received signal {sig}, exiting");
-                if let Some(p) = &self.path {
-                    remove_socket_files(p);
-                }
-                Ok(())
+                Ok(Ended::Served)
             }
+            Ok(Stop::HandedOver) => Ok(Ended::HandedOver),
+            Ok(Stop::Failed(e)) => Err(e),
             Ok(Stop::Served(Ok(()))) => {
                 info!("frontend disconnected");
-                Ok(())
+                Ok(Ended::Served)
             }
             Ok(Stop::Served(Err(DaemonError::HandleRequest(
                 VhostUserError::Disconnected
@@ -306,19 +441,154 @@ where
                 | VhostUserError::SocketBroken(_),
             )))) => {
                 info!("frontend disconnected");
-                Ok(())
+                Ok(Ended::Served)
             }
             Ok(Stop::Served(Err(e))) => Err(Error::Serve(e)),
             Err(_) => {
                 warn!("daemon threads vanished");
-                Ok(())
+                Ok(Ended::Served)
             }
         };
         signal_handle.close();
+        if result.as_ref().is_ok_and(|e| *e == Ended::HandedOver) {
+            // Everything the session needs belongs to the new daemon now.
+            return result;
+        }
+        if let Some(p) = &sockets.path {
+            remove_socket_files(p);
+        }
         for h in &handlers {
             h.send_exit_event();
         }
         self.backend.shutdown();
         result
+    }
+}
+
+/// Accepts upgrade requests until one hands the session over (true).
+fn serve_upgrades(upgrades: &UnixListener, old: &dyn upgrade::Old) -> bool {
+    loop {
+        let stream = match upgrades.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                warn!("upgrade channel: {e}");
+                return false;
+            }
+        };
+        match crate::sys::uds::peer(&stream) {
+            Ok((_, uid)) if uid == 0 || uid == rustix::process::geteuid().as_raw() => {}
+            Ok((_, uid)) => {
+                warn!("upgrade refused to uid {uid}: not this daemon's user");
+                continue;
+            }
+            Err(e) => {
+                warn!("upgrade channel: {e}");
+                continue;
+            }
+        }
+        if upgrade::serve_one(&stream, old) == upgrade::Outcome::HandedOver {
+            return true;
+        }
+    }
+}
+
+/// The new daemon's side of an upgrade: loads the session, tells the handler what the
+/// front-end had set up, takes over and starts carrying the front-end's messages.
+fn take_over<F: dispatch::ServedFs>(
+    backend: &FsBackend<F>,
+    rings: &[vring::FsVring],
+    handed: upgrade::Received,
+    inner: UnixStream,
+) -> Result<Arc<tap::Tap>, upgrade::Error> {
+    let t = std::time::Instant::now();
+    let done = backend.take_over(&handed.session)?;
+    let state = handed.replay(&inner)?;
+    handed.take()?;
+    let channel = handed.channel()?;
+    let (answered_tx, answered_rx) = mpsc::channel::<()>();
+    for r in rings {
+        let tx = answered_tx.clone();
+        r.flight().on_next_end(Box::new(move || {
+            let _ = tx.send(());
+        }));
+    }
+    let old_pid = handed.old_pid;
+    thread::Builder::new()
+        .name("upgrade-done".to_string())
+        .spawn(move || {
+            if answered_rx.recv().is_ok() {
+                if let Err(e) = upgrade::answered(&channel) {
+                    warn!("upgrade: cannot tell pid {old_pid} the first request was answered: {e}");
+                }
+            }
+        })?;
+    let kicks: Vec<_> = state
+        .rings()
+        .iter()
+        .filter(|r| r.running())
+        .filter_map(|r| r.kick().and_then(|k| k.try_clone().ok()))
+        .collect();
+    let tap = tap::Tap::new(handed.front, inner, state)?;
+    tap.start()?;
+    for k in &kicks {
+        crate::sys::uds::kick(k.as_fd())?;
+    }
+    info!(
+        "upgrade: serving the session of pid {old_pid} after {:.1} ms: {} nodes, {} open files, {} locks, {} lost",
+        t.elapsed().as_secs_f64() * 1e3,
+        done.nodes,
+        done.handles,
+        done.locks,
+        done.lost
+    );
+    Ok(tap)
+}
+
+/// The old daemon, as an upgrade sees it.
+struct OldSide<F: dispatch::ServedFs> {
+    backend: Arc<FsBackend<F>>,
+    rings: Vec<vring::FsVring>,
+    tap: Arc<OnceLock<Arc<tap::Tap>>>,
+    handlers: Vec<Arc<VringEpollHandler<Arc<FsBackend<F>>>>>,
+    listener: Option<UnixListener>,
+    upgrades: Option<UnixListener>,
+    pid_file: Option<std::fs::File>,
+}
+
+impl<F: dispatch::ServedFs> upgrade::Old for OldSide<F> {
+    fn tap(&self) -> Option<Arc<tap::Tap>> {
+        self.tap.get().cloned()
+    }
+
+    fn hand_over(&self) -> std::io::Result<(Vec<u8>, Vec<u16>)> {
+        self.backend.hand_over(&self.rings)
+    }
+
+    fn take_back(&self, released: bool) {
+        self.backend.take_back(released);
+    }
+
+    fn let_go(&self) {
+        use vhost_user_backend::VringT;
+        // No more kicks read here (each ring's lock orders this after any read in progress),
+        // and the event loops end.
+        for r in &self.rings {
+            r.set_kick(None);
+        }
+        for h in &self.handlers {
+            h.send_exit_event();
+        }
+    }
+
+    fn fds(&self) -> std::io::Result<(UnixListener, Option<UnixListener>, Option<std::fs::File>)> {
+        let upgrades = self
+            .upgrades
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("no upgrade channel"))?
+            .try_clone()?;
+        let listener = self.listener.as_ref().map(|l| l.try_clone()).transpose()?;
+        let pid = self.pid_file.as_ref().map(|f| f.try_clone()).transpose()?;
+        Ok((upgrades, listener, pid))
     }
 }

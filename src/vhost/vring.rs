@@ -5,8 +5,10 @@
 //! ring being stopped first ends the requests that may wait without bound (the stop hook),
 //! then waits until every request popped from it has been answered. Knows rings, not files.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,21 @@ pub struct InFlight {
     count: Mutex<usize>,
     done: Condvar,
     hooks: OnceLock<(Hook, Hook)>,
+    /// Something to run once, when the next request is answered (an upgraded daemon tells
+    /// the old one it serves).
+    armed: AtomicBool,
+    on_end: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+thread_local! {
+    /// The rings made on this thread, for the daemon that made them to take (the vhost-user
+    /// handler makes them and keeps them to itself).
+    static MADE: RefCell<Vec<FsVring>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The rings made on this thread since the last call (those of the daemon just created).
+pub fn take_made() -> Vec<FsVring> {
+    MADE.with(|m| std::mem::take(&mut *m.borrow_mut()))
 }
 
 impl InFlight {
@@ -43,11 +60,38 @@ impl InFlight {
 
     /// A request answered (its used entry written).
     pub fn end(&self) {
-        let mut n = self.count.locked();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            self.done.notify_all();
+        {
+            let mut n = self.count.locked();
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.done.notify_all();
+            }
         }
+        if self.armed.load(Ordering::Acquire) {
+            self.armed.store(false, Ordering::Release);
+            if let Some(f) = self.on_end.locked().take() {
+                f();
+            }
+        }
+    }
+
+    /// Runs `f` once, when the next request of this ring is answered.
+    pub fn on_next_end(&self, f: Box<dyn FnOnce() + Send>) {
+        *self.on_end.locked() = Some(f);
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// Waits until no request of this ring is being served, at most until `deadline`;
+    /// whether none is.
+    pub fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut n = self.count.locked();
+        while *n > 0 {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            n = crate::sync::recover(self.done.wait_timeout(n, left)).0;
+        }
+        true
     }
 
     /// Requests being served now.
@@ -107,10 +151,12 @@ impl<'a> VringStateMutGuard<'a, GuestMem> for FsVring {
 
 impl VringT<GuestMem> for FsVring {
     fn new(mem: GuestMem, max_queue_size: u16) -> Result<Self, QueueError> {
-        Ok(FsVring {
+        let ring = FsVring {
             ring: VringRwLock::new(mem, max_queue_size)?,
             flight: Arc::default(),
-        })
+        };
+        MADE.with(|m| m.borrow_mut().push(ring.clone()));
+        Ok(ring)
     }
 
     fn get_ref(&self) -> <Self as VringStateGuard<'_, GuestMem>>::G {

@@ -356,6 +356,11 @@ pub fn stress_initrd() -> PathBuf {
     tools_archive("stress")
 }
 
+/// fio under `/opt/tools/bin`, for [`Guest::extra_initrd`] (`scripts/build-tools-initrd.sh fio`).
+pub fn fio_initrd() -> PathBuf {
+    tools_archive("fio")
+}
+
 /// fsx under `/opt/tools/bin` and its every-operation mix `/opt/tools/fsx-all.toml`, for
 /// [`Guest::extra_initrd`] (`scripts/build-tools-initrd.sh fsx`).
 pub fn fsx_initrd() -> PathBuf {

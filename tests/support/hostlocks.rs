@@ -1,10 +1,12 @@
-//! What the host kernel says about locks: the entries of /proc/locks on one filesystem, and a
-//! bounded wait for a file a guest makes in the share. Shared by the lock test crates that
-//! include it with `#[path = "support/hostlocks.rs"] mod hostlocks;`.
+//! What the host kernel says about locks: the entries of /proc/locks on one filesystem or file,
+//! the locks a process owns through its descriptors (/proc/PID/fdinfo), a host process's own
+//! fcntl(2) attempt, and a bounded wait for a file a guest makes in the share. Shared by the
+//! lock test crates that include it with `#[path = "support/hostlocks.rs"] mod hostlocks;`.
 
 // Each test crate uses a different subset of this module.
 #![allow(dead_code)]
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -35,6 +37,64 @@ fn proc_locks(on: impl Fn(&str) -> bool) -> Vec<String> {
         .filter(|l| l.split_whitespace().any(&on))
         .map(str::to_owned)
         .collect()
+}
+
+/// The locks that processes `pids` own through their descriptors on the file `path`: the
+/// `lock:` lines of /proc/PID/fdinfo/FD for each such descriptor (flock and OFD locks are
+/// listed on the descriptor of the open file description that owns them, classic POSIX locks
+/// on every descriptor of the owning process). Unlike /proc/locks, whose holder of an OFD lock
+/// is `-1`, this names who holds it.
+pub fn owned_through(pids: &[u32], path: &Path) -> Vec<String> {
+    let st = std::fs::metadata(path).unwrap();
+    let mut lines = Vec::new();
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            // Opening the magic link reaches the file itself, wherever the process sees it.
+            let Ok(m) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            if (m.dev(), m.ino()) != (st.dev(), st.ino()) {
+                continue;
+            }
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            let Ok(info) = std::fs::read_to_string(info) else {
+                continue;
+            };
+            lines.extend(
+                info.lines()
+                    .filter_map(|l| l.strip_prefix("lock:"))
+                    .map(|l| l.trim().to_owned()),
+            );
+        }
+    }
+    lines
+}
+
+/// A classic POSIX lock (fcntl F_SETLK, `kind` F_RDLCK or F_WRLCK) on the `len` bytes at
+/// `start` (len 0: to the end) of `path`, tried by this host process on a descriptor of its
+/// own and let go at once: `Ok` if it was granted, else the errno (EAGAIN or EACCES while
+/// another holder has a conflicting lock).
+pub fn try_posix_lock(path: &Path, kind: i32, start: i64, len: i64) -> Result<(), i32> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    // SAFETY: a zeroed flock is a valid value; the fields that matter are set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: a valid descriptor and a pointer to a live flock.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) } < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+    }
+    // Closing the descriptor lets go of this process's locks on the file.
+    Ok(())
 }
 
 /// Waits up to `secs` seconds for `path` to exist (a guest makes it); panics after that.

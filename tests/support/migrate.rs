@@ -324,6 +324,24 @@ pub fn group_holds(pgid: u32, file: &fs::Metadata) -> bool {
     })
 }
 
+/// The file a process of group `pgid` has a descriptor on whose /proc/PID/fd link ends in the
+/// file name `name` (e.g. `f (deleted)` for a removed `f`), read through that descriptor: the
+/// way to find a file that has no path any more.
+pub fn group_file_named(pgid: u32, name: &str) -> Option<fs::Metadata> {
+    group_pids(pgid).into_iter().find_map(|pid| {
+        fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|e| {
+                let link = fs::read_link(e.path()).ok()?;
+                (link.file_name()? == name)
+                    .then(|| fs::metadata(e.path()).ok())
+                    .flatten()
+            })
+    })
+}
+
 /// Boots `guest` with `scenario` on a source QEMU against `source`, starts a destination QEMU
 /// (`-incoming`) against `dest`, migrates when the console shows [`Plan::marker`], signals the
 /// outcome through [`Plan::signal`], and waits for the guest to power off on whichever QEMU
