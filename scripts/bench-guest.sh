@@ -7,7 +7,15 @@
 # bench-guest.md and a plot of the ratios to bench-guest.png (gnuplot) in OUT.
 #
 #   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
-#                          [--fio-only] [--kernel-suite SUITE] [-- extra daemon args]
+#                          [--fio-only | --buffered] [--writeback] [--kernel-suite SUITE]
+#                          [-- extra daemon args]
+#
+# --buffered runs the buffered-write rows instead (the writeback cache's: 25,000 dd writes of
+# 4 KiB then sync, 1,600 of 64 KiB then sync, in MB/s; the source tree untarred then synced
+# and a build-like loop writing 1,000 objects in four pieces each then sync, in files/s), and
+# --writeback gives both daemons --writeback. README's writeback table is
+#   scripts/bench-guest.sh --buffered --writeback --out .cache/bench-wb
+#   scripts/bench-guest.sh --buffered --out .cache/bench-nowb
 #
 # --queues Q gives the device and union-virtiofsd Q request queues (a 6.11+ guest kernel uses
 # them: --kernel-suite trixie-backports). --versus one-queue compares union-virtiofsd with Q
@@ -24,6 +32,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
+buffered=0 wb=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -31,6 +40,8 @@ while [ $# -gt 0 ]; do
     --queues) queues=$2; shift 2 ;;
     --versus) versus=$2; shift 2 ;;
     --fio-only) fio_only=1; shift ;;
+    --buffered) buffered=1; shift ;;
+    --writeback) wb=(--writeback); shift ;;
     --kernel-suite) suite=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
@@ -53,6 +64,39 @@ fi
 initrd=$(scripts/build-initramfs.sh)
 
 scenario="$out/scenario.sh"
+if [ "$buffered" = 1 ]; then
+cat >"$scenario" <<'EOF'
+B=/opt/bench/bin
+now() { $B/date +%s.%N; }
+rate() { awk "BEGIN {printf \"%.1f\", $1 / ($3 - $2)}" ; }
+mbs() { awk "BEGIN {printf \"%.2f\", $1 / ($3 - $2) / 1000000}" ; }
+t0=$(now); dd if=/dev/zero of=/mnt/w4k bs=4k count=25000 2>/dev/null; sync; t1=$(now)
+echo "RESULT dd-4k-sync-MBps $(mbs 102400000 $t0 $t1)"
+rm /mnt/w4k
+t0=$(now); dd if=/dev/zero of=/mnt/w64k bs=64k count=1600 2>/dev/null; sync; t1=$(now)
+echo "RESULT dd-64k-sync-MBps $(mbs 104857600 $t0 $t1)"
+rm /mnt/w64k
+files=$(tar -tf /opt/bench/tree.tar | wc -l)
+t0=$(now); mkdir /mnt/src && tar -C /mnt/src -xf /opt/bench/tree.tar; sync; t1=$(now)
+echo "RESULT untar-sync-files-per-s $(rate $files $t0 $t1)"
+rm -rf /mnt/src
+mkdir /mnt/obj
+t0=$(now)
+i=0
+while [ $i -lt 1000 ]; do
+    o=/mnt/obj/o$i.o
+    head -c 3000 /opt/bench/tree.tar > $o
+    head -c 5000 /opt/bench/tree.tar >> $o
+    head -c 7000 /opt/bench/tree.tar >> $o
+    head -c 1000 /opt/bench/tree.tar >> $o
+    i=$((i+1))
+done
+sync
+t1=$(now)
+echo "RESULT build-1000-objects-per-s $(rate 1000 $t0 $t1)"
+rm -rf /mnt/obj
+EOF
+else
 echo "FIO_ONLY=$fio_only" >"$scenario"
 cat >>"$scenario" <<'EOF'
 B=/opt/bench/bin
@@ -102,6 +146,7 @@ echo "RESULT tree-grep $(rate x $files $t0 $t1)"
 t0=$(now); rm -rf src; t1=$(now)
 echo "RESULT tree-rm $(rate x $files $t0 $t1)"
 EOF
+fi
 
 # One guest run against backend command "$@" ({socket} and {dir} replaced); appends
 # "name value" lines to $results.
@@ -145,11 +190,11 @@ for i in $(seq "$runs"); do
     for who in "${order[@]}"; do
         log "run $i/$runs: $who"
         if [ "$who" = ours ]; then
-            run_one ours "$queues" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${qargs[@]}" "${extra[@]}"
+            run_one ours "$queues" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${wb[@]}" "${qargs[@]}" "${extra[@]}"
         elif [ "$versus" = one-queue ]; then
-            run_one theirs 1 "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${extra[@]}"
+            run_one theirs 1 "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${wb[@]}" "${extra[@]}"
         else
-            run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}'
+            run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${wb[@]}"
         fi
     done
 done

@@ -2,7 +2,8 @@
 # Packs host programs the guest's busybox lacks into an uncompressed cpio archive that tests
 # append to the initramfs (tests/support/guest.rs, Guest::extra_initrd): util-linux's flock,
 # coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs) and stat (statx), xfs_io
-# (statx) and e2fsprogs' chattr and lsattr (inode flags), with the shared libraries they
+# (statx), e2fsprogs' chattr and lsattr (inode flags), attr's getfattr and setfattr and acl's
+# getfacl and setfacl, with the shared libraries they
 # load, and the project's examples/guest_lock (fcntl record locks). In the guest they are
 # under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
@@ -41,7 +42,8 @@ else
     # fcntl record locks: the project's examples/guest_lock.rs.
     cargo build --quiet --example guest_lock --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
     newest="$UVFS_ROOT/target/debug/examples/guest_lock"
-    progs=("$newest" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr)
+    progs=("$newest" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
+        /usr/bin/getfattr /usr/bin/setfattr /usr/bin/getfacl /usr/bin/setfacl)
 fi
 for p in "${progs[@]}"; do
     [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"

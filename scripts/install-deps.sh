@@ -4,7 +4,8 @@
 # build dependencies of the reference virtiofsd, libvirt 11 (bookworm-backports) for the launcher
 # test, python3 (the tests' inherited-socket wrapper) and uidmap (newuidmap/newgidmap for the
 # unprivileged daemon's --uid-map), stress-ng (the guest's lock stressors) and fio (the guest's
-# I/O load during an upgrade in place). Also makes the
+# I/O load during an upgrade in place), attr and acl (getfattr/setfattr, getfacl/setfacl for
+# the guest's xattr tests). Also makes the
 # system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
@@ -28,6 +29,8 @@ declare -A probe=(
     [debootstrap]=/usr/sbin/debootstrap
     [stress-ng]=/usr/bin/stress-ng
     [fio]=/usr/bin/fio
+    [attr]=/usr/bin/getfattr
+    [acl]=/usr/bin/setfacl
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

@@ -358,7 +358,8 @@ pub struct Args {
     #[arg(long)]
     pub no_readdirplus: bool,
 
-    /// Writeback caching in the guest (not offered: writes go through; a note is logged).
+    /// Writeback caching in the guest (FUSE_WRITEBACK_CACHE): its page cache holds writes and
+    /// sends them later in large requests. For a share no one else writes to meanwhile.
     #[arg(long)]
     pub writeback: bool,
 

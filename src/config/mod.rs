@@ -399,10 +399,8 @@ fn apply_virtiofsd(
             "--xattrmap: xattr name mapping is not supported; names pass through unchanged".into(),
         );
     }
-    if args.writeback || legacy.writeback == Some(true) {
-        notes.push(
-            "--writeback: writeback caching is not offered; writes go through to the host".into(),
-        );
+    if args.writeback || legacy.writeback.is_some() {
+        s.opts.writeback = args.writeback || legacy.writeback == Some(true);
     }
     if let Some(on) = legacy.locks {
         s.opts.host_locks = on;

@@ -239,6 +239,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         "regular" => FollowSymlinks::Regular,
         "all" => FollowSymlinks::All,
     }) },
+    OptionSpec { name: "cache.writeback", help: "true|false: the guest's page cache holds writes and sends them later, in large requests (FUSE_WRITEBACK_CACHE; virtiofsd's --writeback)", set: |s, v| {
+        s.opts.writeback = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "link-cow", help: "true|false: opening a hard-linked file for writing first gives it its own copy", set: |s, v| {
         s.opts.link_cow = boolean(v)?;
         Ok(())
@@ -276,7 +280,6 @@ pub static NOT_APPLICABLE: &[&str] = &[
     "cache.readdir",
     "cache.statfs",
     "cache.symlinks",
-    "cache.writeback",
     "fuse-msg-size",
     "parallel-direct-writes",
 ];

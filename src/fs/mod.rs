@@ -110,6 +110,8 @@ pub struct UnionFs {
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
     /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
     fd_budget: std::sync::OnceLock<usize>,
+    /// FUSE_WRITEBACK_CACHE was negotiated at INIT (`writeback` and the guest offered it).
+    writeback: std::sync::atomic::AtomicBool,
 }
 
 /// The errno of a guest id refused by `forbid-guest`.
@@ -118,6 +120,17 @@ fn forbidden(_: idmap::Forbidden) -> io::Error {
 }
 
 impl UnionFs {
+    /// Whether the guest's page cache holds writes (FUSE_WRITEBACK_CACHE negotiated).
+    pub(crate) fn writeback_active(&self) -> bool {
+        self.writeback.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What INIT negotiated for the writeback cache (or a moved session says it did).
+    pub(crate) fn set_writeback(&self, on: bool) {
+        self.writeback
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The request's caller with host ids (`--translate-uid/gid`); EPERM for a forbidden id.
     fn host_ctx(&self, ctx: &Context) -> io::Result<Context> {
         let ids = &self.cfg.ids;
@@ -216,6 +229,7 @@ impl UnionFs {
             moves: Default::default(),
             copied_up: Default::default(),
             fd_budget: Default::default(),
+            writeback: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
     }
@@ -328,7 +342,7 @@ impl FileSystem for UnionFs {
     type Inode = u64;
     type Handle = u64;
 
-    fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
+    fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
         // An INIT while a session holds nodes or handles: the guest was reset without a
         // DESTROY or a device reset (a hard reboot, a crash, kexec). Its kernel forgot
         // everything, so the old session ends here as a DESTROY would end it.
@@ -351,7 +365,15 @@ impl FileSystem for UnionFs {
         } else {
             FsOptions::empty()
         };
+        let writeback = self.cfg.opts.writeback && capable.contains(FsOptions::WRITEBACK_CACHE);
+        self.set_writeback(writeback);
+        let writeback = if writeback {
+            FsOptions::WRITEBACK_CACHE
+        } else {
+            FsOptions::empty()
+        };
         Ok(killpriv
+            | writeback
             | locks
             | readdirplus
             | FsOptions::ASYNC_READ

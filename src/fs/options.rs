@@ -340,6 +340,10 @@ pub struct UnionOptions {
     pub node_fds: usize,
     /// Offer READDIRPLUS (entries with attributes); `--no-readdirplus` turns it off.
     pub readdirplus: bool,
+    /// Negotiate FUSE_WRITEBACK_CACHE (`--writeback`, `cache.writeback=true`): the guest's
+    /// page cache holds writes and sends them later, in large requests; it then also reads
+    /// through handles opened write-only and applies O_APPEND itself.
+    pub writeback: bool,
     /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
     /// dropped, as virtiofsd does, because the host refuses it (EPERM) for files the opener
     /// does not own.
@@ -382,6 +386,7 @@ impl Default for UnionOptions {
             lock_timeout: Duration::from_secs(10),
             lock_wait_external: Duration::from_secs(60),
             readdirplus: true,
+            writeback: false,
             preserve_noatime: false,
         }
     }

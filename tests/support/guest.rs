@@ -345,7 +345,8 @@ fn tools_archive(which: &'static str) -> PathBuf {
 }
 
 /// Host programs busybox lacks, for [`Guest::extra_initrd`] (scripts/build-tools-initrd.sh):
-/// flock, cp, sync, stat and xfs_io under `/opt/tools/bin`.
+/// flock, cp, sync, stat, xfs_io, chattr, lsattr, getfattr, setfattr, getfacl and setfacl
+/// under `/opt/tools/bin`.
 pub fn tools_initrd() -> PathBuf {
     tools_archive("")
 }

@@ -12,7 +12,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::fs::caller::Groups;
 use crate::fs::handle::{FileHandle, Handle};
-use crate::fs::ops::open::{guest_open_flags, open};
+use crate::fs::ops::open::{host_open_flags, open};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, Found};
 use crate::fs::{errno, UnionFs};
@@ -137,7 +137,7 @@ pub fn create(
     name: &CStr,
     args: CreateIn,
 ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
-    let flags = guest_open_flags(args.flags, fs.cfg.opts.preserve_noatime);
+    let flags = host_open_flags(fs, args.flags);
     let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
         Err(e)
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
@@ -192,7 +192,7 @@ pub fn tmpfile(
     parent: u64,
     args: CreateIn,
 ) -> io::Result<(Entry, Option<u64>, OpenOptions)> {
-    let flags = guest_open_flags(args.flags, fs.cfg.opts.preserve_noatime);
+    let flags = host_open_flags(fs, args.flags);
     if flags & OFlags::RWMODE == OFlags::RDONLY {
         return Err(errno(libc::EINVAL));
     }

@@ -37,6 +37,22 @@ pub fn guest_open_flags(flags: u32, preserve_noatime: bool) -> OFlags {
     OFlags::from_bits_retain(flags & keep as u32)
 }
 
+/// The host open flags for a guest open: [`guest_open_flags`], and with the writeback cache
+/// negotiated (as virtiofsd) read access added to a write-only open, because the guest's
+/// page cache reads through any handle (a partial page is read before it is written), and
+/// O_APPEND dropped, because the guest then computes every write's offset itself (a host
+/// O_APPEND would move each one to the host's end of file).
+pub fn host_open_flags(fs: &UnionFs, flags: u32) -> OFlags {
+    let mut f = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
+    if fs.writeback_active() {
+        if f & OFlags::RWMODE == OFlags::WRONLY {
+            f = (f & !OFlags::RWMODE) | OFlags::RDWR;
+        }
+        f.remove(OFlags::APPEND);
+    }
+    f
+}
+
 fn wants_write(flags: OFlags) -> bool {
     flags.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC)
 }
@@ -72,7 +88,8 @@ pub fn open(
     flags: u32,
     open_flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-    let flags = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
+    let wanted = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
+    let flags = host_open_flags(fs, flags);
     let mut f = fs.search_node(Func::Open, inode)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
@@ -101,9 +118,20 @@ pub fn open(
             && caps::mode_has_privs(f.st.st_mode))
         .then(caps::without_fsetid);
         // As the caller: the host checks its permission, and truncates as it would.
-        fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+        let opened = fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
             beneath::reopen(f.fd.as_fd(), flags)
-        })?
+        });
+        match opened {
+            // Writeback asked for read access the caller lacks (a write-only file): the
+            // handle it asked for, write-only (the guest then reads nothing through it).
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && flags != wanted => {
+                let flags = wanted & !OFlags::APPEND;
+                fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+                    beneath::reopen(f.fd.as_fd(), flags)
+                })?
+            }
+            other => other?,
+        }
     };
     let opts = open_options(fs, inode, &f.st);
     let fh = fs.new_handle(Handle::File(FileHandle {

@@ -1,6 +1,8 @@
 //! SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR, passed through to the host inode via its
 //! `/proc/self/fd` name. Reads use their function's search policy, changes the action policy.
-//! Symlinks carry no user xattrs on Linux and are answered ENOTSUP. `xattr=nosys` answers
+//! Symlinks too, through the same name (it leads to the symlink itself, not its target), so
+//! they answer as the host does (a `user.*` name: ENODATA to read, EPERM to set; `trusted.*`
+//! and `security.*` pass). `xattr=nosys` answers
 //! ENOSYS (the guest stops asking); `xattr=noattr` reports no attributes and refuses to set any.
 
 use std::ffi::CStr;
@@ -31,9 +33,6 @@ fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
 }
 
 fn target(f: &Found) -> io::Result<String> {
-    if f.st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return Err(errno(libc::ENOTSUP));
-    }
     Ok(beneath::proc_path(f.fd.as_fd()))
 }
 

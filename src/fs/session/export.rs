@@ -62,6 +62,7 @@ impl UnionFs {
             next_handle,
             locks: self.locks.export(),
             copied_up,
+            writeback: self.writeback_active(),
         }
     }
 

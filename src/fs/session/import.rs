@@ -177,6 +177,7 @@ impl UnionFs {
             done.lost += failed.len();
         }
         done.locks = img.locks.len() - failed.len();
+        self.set_writeback(img.writeback);
         let mut copied = self.copied_up.locked();
         copied.clear();
         for c in img.copied_up {

@@ -213,6 +213,9 @@ pub struct SessionImage {
     pub locks: Vec<LockImage>,
     /// Copy-on-write state.
     pub copied_up: Vec<CopiedUpImage>,
+    /// FUSE_WRITEBACK_CACHE was negotiated: the guest's page cache holds writes, so the
+    /// destination opens as the source did (read access with write-only, no O_APPEND).
+    pub writeback: bool,
 }
 
 /// What the vhost layer needs of a filesystem to move its session to another daemon. The

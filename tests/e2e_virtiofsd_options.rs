@@ -1,0 +1,238 @@
+//! virtiofsd 1.14's options that change what the guest sees, each tried in a real guest with
+//! the same commands against union-virtiofsd and virtiofsd 1.14 with the same flag.
+//!
+//! `--writeback`: buffered 4 KiB writes reach the host whole after `sync`, in far fewer WRITE
+//! requests than writes (the guest's page cache gathers them; without the writeback cache each
+//! write is a request); a partial page written through a write-only open (the guest reads the
+//! page first); appends applied by the guest (O_APPEND); a write-only file written by its
+//! owner; the set-user-ID bit cleared by another user's write; size and mtime after an
+//! append.
+//!
+//! xattrs on a symlink answer as on the guest's own tmpfs (xfstests generic/062's case): a
+//! `user.*` name reads as absent (ENODATA) and cannot be set (EPERM), and the list is the
+//! same.
+
+#[path = "support/guest.rs"]
+mod guest;
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use guest::{Backend, Guest, Mode};
+use tmpfs::Tmpfs;
+
+/// Guest user `u` (uid/gid 1000) for `su u -c …`.
+const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
+echo "u:x:1000:" >>/etc/group"#;
+
+const WRITEBACK: &str = r#"
+dd if=/dev/urandom of=/tmp/src bs=4k count=256 2>/dev/null
+dd if=/tmp/src of=wb bs=4k 2>/dev/null
+sync
+cmp /tmp/src wb || fail "256 buffered 4 KiB writes"
+# A write-only open: the guest's page cache reads the rest of the page before it writes.
+printf AAAAAAAAAA > part
+sync
+echo 3 > /proc/sys/vm/drop_caches
+printf xyz | dd of=part bs=1 seek=2 conv=notrunc 2>/dev/null
+sync
+echo 3 > /proc/sys/vm/drop_caches
+expect_eq "$(cat part)" AAxyzAAAAA "a partial page through a write-only open"
+# Appends, through two opens.
+echo one > app
+echo two >> app
+exec 4>>app
+echo three >&4
+echo four >&4
+exec 4>&-
+sync
+echo 3 > /proc/sys/vm/drop_caches
+expect_eq "$(cat app | tr '\n' ' ')" "one two three four " "appends"
+# A write-only file, written by its owner.
+touch wo
+chown u:u wo
+chmod 0200 wo
+su u -c 'echo secret > /mnt/wo' || fail "the owner cannot write a write-only file"
+sync
+expect_eq "$(cat wo)" secret "the write-only file"
+# set-user-ID goes when another user writes.
+echo x > suid
+chmod 4777 suid
+su u -c 'echo y >> /mnt/suid' || fail "another user cannot write a 4777 file"
+sync
+expect_eq "$(stat -c %a suid)" 777 "set-user-ID after another user's write"
+# Size and mtime after an append to an old file.
+touch -d 2000-01-01 wb
+echo more >> wb
+sync
+expect_eq "$(stat -c %s wb)" 1048581 "size after the append"
+[ "$(stat -c %Y wb)" -gt 946771200 ] || fail "mtime not updated by the append"
+echo 3 > /proc/sys/vm/drop_caches
+expect_eq "$(stat -c %s wb)" 1048581 "size after the append, from the host"
+[ "$(stat -c %Y wb)" -gt 946771200 ] || fail "mtime not updated by the append, from the host"
+echo "writeback scenario done"
+"#;
+
+/// getfattr and setfattr on a symlink (never following it), in the share and then on a
+/// tmpfs of the guest's own; both transcripts are printed for the host to compare.
+const SYMLINK_XATTRS: &str = r#"
+T=/opt/tools/bin
+mkdir -p /tmp/local
+mount -t tmpfs none /tmp/local
+probe() {
+    cd "$1"
+    echo target > tgt
+    ln -s tgt lnk
+    $T/setfattr -n user.on_target -v 1 tgt
+    $T/getfattr -h -n user.x lnk 2>&1 | sed 's/^.*: //' || true
+    $T/setfattr -h -n user.x -v 1 lnk 2>&1 | sed 's/^.*: //' || true
+    $T/getfattr -h -d -m '^user\.' lnk 2>&1 || true
+    $T/getfattr -d -m '^user\.' lnk 2>&1 || true
+}
+section share probe /mnt
+section local probe /tmp/local
+"#;
+
+fn virtiofsd_binary() -> PathBuf {
+    let p = guest::repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd");
+    assert!(
+        p.is_file(),
+        "{} missing: scripts/test.sh installs virtiofsd 1.14 (install_virtiofsd in scripts/lib.sh)",
+        p.display()
+    );
+    p
+}
+
+fn run(backend: &Backend) -> guest::GuestRun {
+    let run = guest::run_scenario(
+        backend,
+        &Guest::default(),
+        &format!("{ADD_USER_U}\n{WRITEBACK}"),
+    );
+    run.assert_success();
+    run
+}
+
+/// What the host has in the branch after the scenario.
+fn assert_host(dir: &Path) {
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    assert_eq!(read("part"), "AAxyzAAAAA");
+    assert_eq!(read("app"), "one\ntwo\nthree\nfour\n");
+    assert_eq!(read("wo"), "secret\n");
+    let suid = std::fs::metadata(dir.join("suid")).unwrap();
+    assert_eq!(
+        suid.mode() & 0o7777,
+        0o777,
+        "set-user-ID cleared on the host"
+    );
+    assert_eq!(std::fs::metadata(dir.join("wb")).unwrap().len(), 1_048_581);
+}
+
+/// FUSE_WRITEBACK_CACHE in INIT's flags.
+const FUSE_WRITEBACK_CACHE: u64 = 1 << 16;
+
+/// The flags the daemon's INIT reply enabled (its debug line `enabled 0x…/0x…`).
+fn init_enabled(log: &str) -> Option<u64> {
+    let at = log.rfind("enabled 0x")? + "enabled 0x".len();
+    let hex: String = log[at..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&hex, 16).ok()
+}
+
+/// WRITE requests (opcode 16) in a debug log.
+fn writes(log: &str) -> usize {
+    log.lines().filter(|l| l.contains(" opcode=16 ")).count()
+}
+
+#[test]
+fn writeback_gathers_writes_and_keeps_their_meaning() {
+    let a = Tmpfs::new("64M");
+    let with = run(&Backend::union(
+        &[(a.path(), Mode::Rw)],
+        &["--writeback", "-o", "minfreespace=1M"],
+    ));
+    assert_host(a.path());
+    assert!(
+        init_enabled(&with.daemon_log).is_some_and(|f| f & FUSE_WRITEBACK_CACHE != 0),
+        "INIT did not enable the writeback cache:\n{}",
+        with.transcript()
+    );
+    let gathered = writes(&with.daemon_log);
+    // Without it, the same scenario: one WRITE per write(2).
+    let b = Tmpfs::new("64M");
+    let without = run(&Backend::union(
+        &[(b.path(), Mode::Rw)],
+        &["-o", "minfreespace=1M"],
+    ));
+    assert_host(b.path());
+    let each = writes(&without.daemon_log);
+    assert_eq!(
+        init_enabled(&without.daemon_log).map(|f| f & FUSE_WRITEBACK_CACHE),
+        Some(0)
+    );
+    println!("WRITE requests: {gathered} with --writeback, {each} without");
+    assert!(each >= 256, "{each} WRITEs without the writeback cache");
+    assert!(
+        gathered * 8 < each,
+        "{gathered} WRITEs with the writeback cache, {each} without"
+    );
+}
+
+/// Runs [`SYMLINK_XATTRS`] against `backend`: the share's answers, and the tmpfs's.
+fn symlink_xattrs(backend: &Backend) -> (Vec<String>, Vec<String>) {
+    let guest = Guest {
+        extra_initrd: vec![guest::tools_initrd()],
+        ..Guest::default()
+    };
+    let run = guest::run_scenario(backend, &guest, SYMLINK_XATTRS);
+    run.assert_success();
+    let share = run.section("share").expect("share section");
+    let local = run.section("local").expect("local section");
+    (share, local)
+}
+
+#[test]
+fn xattrs_on_a_symlink_answer_as_a_local_filesystem() {
+    let a = Tmpfs::new("16M");
+    let (share, local) = symlink_xattrs(&Backend::union(
+        &[(a.path(), Mode::Rw)],
+        &["-o", "minfreespace=1M"],
+    ));
+    assert!(
+        local.iter().any(|l| l.contains("No such attribute")),
+        "the oracle: {local:?}"
+    );
+    assert_eq!(share, local);
+}
+
+#[test]
+fn virtiofsd_xattrs_on_a_symlink_answer_the_same() {
+    let a = Tmpfs::new("16M");
+    let dir = a.path().to_str().unwrap().to_owned();
+    let (share, local) = symlink_xattrs(&Backend::command(
+        virtiofsd_binary(),
+        &["--socket-path", "{socket}", "--shared-dir", &dir, "--xattr"],
+    ));
+    assert_eq!(share, local);
+}
+
+#[test]
+fn virtiofsd_writeback_does_the_same() {
+    let a = Tmpfs::new("64M");
+    let dir = a.path().to_str().unwrap().to_owned();
+    run(&Backend::command(
+        virtiofsd_binary(),
+        &[
+            "--socket-path",
+            "{socket}",
+            "--shared-dir",
+            &dir,
+            "--writeback",
+        ],
+    ));
+    assert_host(a.path());
+}
