@@ -329,7 +329,8 @@ pub struct Args {
     #[arg(long)]
     pub readonly: bool,
 
-    /// Tell the guest which directories are mount points (accepted; nothing is announced).
+    /// Tell the guest which directories are mount points, so that each host filesystem gets
+    /// its own st_dev there (the default).
     #[arg(long, overrides_with = "no_announce_submounts")]
     pub announce_submounts: bool,
 

@@ -399,6 +399,11 @@ fn apply_virtiofsd(
             "--xattrmap: xattr name mapping is not supported; names pass through unchanged".into(),
         );
     }
+    if args.no_announce_submounts || legacy.announce_submounts == Some(false) {
+        s.opts.announce_submounts = false;
+    } else if args.announce_submounts || legacy.announce_submounts == Some(true) {
+        s.opts.announce_submounts = true;
+    }
     if args.writeback || legacy.writeback.is_some() {
         s.opts.writeback = args.writeback || legacy.writeback == Some(true);
     }

@@ -112,6 +112,8 @@ pub struct UnionFs {
     fd_budget: std::sync::OnceLock<usize>,
     /// FUSE_WRITEBACK_CACHE was negotiated at INIT (`writeback` and the guest offered it).
     writeback: std::sync::atomic::AtomicBool,
+    /// Mount points are announced (`announce_submounts` and the guest offered SUBMOUNTS).
+    submounts: std::sync::atomic::AtomicBool,
 }
 
 /// The errno of a guest id refused by `forbid-guest`.
@@ -123,6 +125,17 @@ impl UnionFs {
     /// Whether the guest's page cache holds writes (FUSE_WRITEBACK_CACHE negotiated).
     pub(crate) fn writeback_active(&self) -> bool {
         self.writeback.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether mount points are announced to the guest (FUSE_ATTR_SUBMOUNT).
+    pub(crate) fn submounts_active(&self) -> bool {
+        self.submounts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What INIT negotiated for announcing mount points (or a moved session says it did).
+    pub(crate) fn set_submounts(&self, on: bool) {
+        self.submounts
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What INIT negotiated for the writeback cache (or a moved session says it did).
@@ -230,6 +243,7 @@ impl UnionFs {
             copied_up: Default::default(),
             fd_budget: Default::default(),
             writeback: Default::default(),
+            submounts: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
     }
@@ -367,6 +381,10 @@ impl FileSystem for UnionFs {
         };
         let writeback = self.cfg.opts.writeback && capable.contains(FsOptions::WRITEBACK_CACHE);
         self.set_writeback(writeback);
+        // FUSE_SUBMOUNTS is the guest's to offer, not ours to enable: nothing in the reply.
+        self.set_submounts(
+            self.cfg.opts.announce_submounts && capable.contains(FsOptions::SUBMOUNTS),
+        );
         let writeback = if writeback {
             FsOptions::WRITEBACK_CACHE
         } else {

@@ -344,6 +344,10 @@ pub struct UnionOptions {
     /// page cache holds writes and sends them later, in large requests; it then also reads
     /// through handles opened write-only and applies O_APPEND itself.
     pub writeback: bool,
+    /// Tell the guest which directories are mount points (FUSE_ATTR_SUBMOUNT), so that it
+    /// gives each host filesystem its own st_dev (virtiofsd's default;
+    /// `--no-announce-submounts` turns it off).
+    pub announce_submounts: bool,
     /// Pass the guest's O_NOATIME on to the host (`--preserve-noatime`); by default it is
     /// dropped, as virtiofsd does, because the host refuses it (EPERM) for files the opener
     /// does not own.
@@ -387,6 +391,7 @@ impl Default for UnionOptions {
             lock_wait_external: Duration::from_secs(60),
             readdirplus: true,
             writeback: false,
+            announce_submounts: true,
             preserve_noatime: false,
         }
     }

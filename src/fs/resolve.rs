@@ -551,11 +551,19 @@ impl UnionFs {
         let inode = self
             .inodes
             .lookup(parent, name, self.bind_of(f), self.node_room())?;
+        // A mount point inside the branch: the guest mounts it apart (its own st_dev).
+        let submount = self.submounts_active()
+            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            && crate::sys::beneath::is_mount_root(f.fd.as_fd()).unwrap_or(false);
         Ok(Entry {
             inode,
             generation: 0,
             attr: self.union_attr(st, rel.to_bytes()),
-            attr_flags: 0,
+            attr_flags: if submount {
+                fuse_backend_rs::abi::fuse_abi::ATTR_SUBMOUNT
+            } else {
+                0
+            },
             attr_timeout: self.cfg.opts.cache_attr,
             entry_timeout: self.cfg.opts.cache_entry,
         })

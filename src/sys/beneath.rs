@@ -100,6 +100,16 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat64> {
     Ok(rustix::fs::fstat(fd)?)
 }
 
+/// Whether `fd` (a directory) is the root of a mount (statx's STATX_ATTR_MOUNT_ROOT): a
+/// mount point inside a branch, or a bind mount.
+pub fn is_mount_root(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+    let stx = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::TYPE)?;
+    let attrs = stx.stx_attributes;
+    let known = stx.stx_attributes_mask;
+    Ok(known.contains(StatxAttributes::MOUNT_ROOT) && attrs.contains(StatxAttributes::MOUNT_ROOT))
+}
+
 /// `fstatat` of `name` in directory `dir`, never following a symlink.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat64> {
     Ok(rustix::fs::statat(

@@ -63,6 +63,7 @@ impl UnionFs {
             locks: self.locks.export(),
             copied_up,
             writeback: self.writeback_active(),
+            submounts: self.submounts_active(),
         }
     }
 

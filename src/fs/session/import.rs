@@ -178,6 +178,7 @@ impl UnionFs {
         }
         done.locks = img.locks.len() - failed.len();
         self.set_writeback(img.writeback);
+        self.set_submounts(img.submounts);
         let mut copied = self.copied_up.locked();
         copied.clear();
         for c in img.copied_up {

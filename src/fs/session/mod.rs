@@ -216,6 +216,8 @@ pub struct SessionImage {
     /// FUSE_WRITEBACK_CACHE was negotiated: the guest's page cache holds writes, so the
     /// destination opens as the source did (read access with write-only, no O_APPEND).
     pub writeback: bool,
+    /// Mount points are announced to the guest (FUSE_ATTR_SUBMOUNT).
+    pub submounts: bool,
 }
 
 /// What the vhost layer needs of a filesystem to move its session to another daemon. The
