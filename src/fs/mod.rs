@@ -12,6 +12,7 @@ pub mod idmap;
 mod inode;
 mod lockstate;
 mod movefile;
+mod negotiated;
 mod node;
 mod ops;
 pub mod options;
@@ -110,10 +111,8 @@ pub struct UnionFs {
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
     /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
     fd_budget: std::sync::OnceLock<usize>,
-    /// FUSE_WRITEBACK_CACHE was negotiated at INIT (`writeback` and the guest offered it).
-    writeback: std::sync::atomic::AtomicBool,
-    /// Mount points are announced (`announce_submounts` and the guest offered SUBMOUNTS).
-    submounts: std::sync::atomic::AtomicBool,
+    /// What the last INIT settled (the writeback cache, announced submounts).
+    negotiated: negotiated::Negotiated,
 }
 
 /// The errno of a guest id refused by `forbid-guest`.
@@ -124,24 +123,12 @@ fn forbidden(_: idmap::Forbidden) -> io::Error {
 impl UnionFs {
     /// Whether the guest's page cache holds writes (FUSE_WRITEBACK_CACHE negotiated).
     pub(crate) fn writeback_active(&self) -> bool {
-        self.writeback.load(std::sync::atomic::Ordering::Relaxed)
+        self.negotiated.writeback()
     }
 
     /// Whether mount points are announced to the guest (FUSE_ATTR_SUBMOUNT).
     pub(crate) fn submounts_active(&self) -> bool {
-        self.submounts.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// What INIT negotiated for announcing mount points (or a moved session says it did).
-    pub(crate) fn set_submounts(&self, on: bool) {
-        self.submounts
-            .store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// What INIT negotiated for the writeback cache (or a moved session says it did).
-    pub(crate) fn set_writeback(&self, on: bool) {
-        self.writeback
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.negotiated.submounts()
     }
 
     /// The request's caller with host ids (`--translate-uid/gid`); EPERM for a forbidden id.
@@ -242,8 +229,7 @@ impl UnionFs {
             moves: Default::default(),
             copied_up: Default::default(),
             fd_budget: Default::default(),
-            writeback: Default::default(),
-            submounts: Default::default(),
+            negotiated: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
     }
@@ -364,45 +350,7 @@ impl FileSystem for UnionFs {
         // Whether each branch's nodes use file handles, worked out (and logged) now, in the
         // serving process.
         self.probe_branches();
-        let killpriv = if self.cfg.opts.killpriv_v2 {
-            FsOptions::HANDLE_KILLPRIV_V2
-        } else {
-            FsOptions::empty()
-        };
-        let readdirplus = if self.cfg.opts.readdirplus {
-            FsOptions::DO_READDIRPLUS | FsOptions::READDIRPLUS_AUTO
-        } else {
-            FsOptions::empty()
-        };
-        let locks = if self.cfg.opts.host_locks {
-            FsOptions::POSIX_LOCKS | FsOptions::FLOCK_LOCKS
-        } else {
-            FsOptions::empty()
-        };
-        let writeback = self.cfg.opts.writeback && capable.contains(FsOptions::WRITEBACK_CACHE);
-        self.set_writeback(writeback);
-        // FUSE_SUBMOUNTS is the guest's to offer, not ours to enable: nothing in the reply.
-        self.set_submounts(
-            self.cfg.opts.announce_submounts && capable.contains(FsOptions::SUBMOUNTS),
-        );
-        let writeback = if writeback {
-            FsOptions::WRITEBACK_CACHE
-        } else {
-            FsOptions::empty()
-        };
-        Ok(killpriv
-            | writeback
-            | locks
-            | readdirplus
-            | FsOptions::ASYNC_READ
-            // The guest sends the pieces of one large O_DIRECT request together instead of
-            // one after another (a 4 MiB read is four 1 MiB READs in flight), as virtiofsd.
-            | FsOptions::ASYNC_DIO
-            | FsOptions::PARALLEL_DIROPS
-            | FsOptions::BIG_WRITES
-            | FsOptions::AUTO_INVAL_DATA
-            | FsOptions::ATOMIC_O_TRUNC
-            | FsOptions::MAX_PAGES)
+        Ok(self.negotiated.init(&self.cfg.opts, capable))
     }
 
     fn destroy(&self) {

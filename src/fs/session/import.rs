@@ -177,8 +177,7 @@ impl UnionFs {
             done.lost += failed.len();
         }
         done.locks = img.locks.len() - failed.len();
-        self.set_writeback(img.writeback);
-        self.set_submounts(img.submounts);
+        self.negotiated.set(img.writeback, img.submounts);
         let mut copied = self.copied_up.locked();
         copied.clear();
         for c in img.copied_up {
@@ -207,8 +206,9 @@ impl UnionFs {
             })
             .collect();
         // Nodes keep descriptors up to the table's capacity (the rest are reopened on use);
-        // a node without a name always keeps its own.
-        let keep = self.cfg.opts.node_fds.min(self.fd_budget() / 4).max(1);
+        // a node without a name always keeps its own. The capacity is set with the budget.
+        self.fd_budget();
+        let keep = self.inodes.capacity();
         let mounts: Vec<OnceLock<Option<HandleMount>>> =
             self.branches.indices().map(|_| OnceLock::new()).collect();
         let mut out = Vec::with_capacity(nodes.len());
