@@ -303,7 +303,9 @@ pub struct Args {
           default_missing_value = "always")]
     pub posix_acl: Option<NegotiationMode>,
 
-    /// virtiofsd's xattr name mapping rules (not supported: names pass through unchanged).
+    /// Rules renaming, refusing or hiding xattr names between guest and host, in virtiofsd's
+    /// syntax (implies --xattr), e.g. `:map::user.virtiofs.:` or
+    /// `:prefix:all:trusted.:user.vm.::ok:all:::`.
     #[arg(long, value_name = "RULES")]
     pub xattrmap: Option<String>,
 

@@ -91,6 +91,14 @@ pub enum ConfigError {
     /// `--upgrade` with `--fd`: the running daemon is found by its socket path.
     #[error("--upgrade needs --socket-path (the running daemon's), not --fd")]
     UpgradeWithFd,
+    /// `--xattrmap` (or `-o xattrmap=`) rules that do not parse.
+    #[error("invalid {option}: {source}")]
+    XattrMap {
+        /// How it was given: `--xattrmap` or `-o xattrmap`.
+        option: &'static str,
+        /// What is wrong, and in which rule.
+        source: crate::fs::xattrmap::ParseError,
+    },
 }
 
 /// What the confinement settings ask for (sandbox, seccomp, capabilities, id mapping).
@@ -394,10 +402,13 @@ fn apply_virtiofsd(
         s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
         notes.push("--security-label: security labels are not supported; new files get the host's default label".into());
     }
-    if args.xattrmap.is_some() || legacy.xattrmap.is_some() {
-        notes.push(
-            "--xattrmap: xattr name mapping is not supported; names pass through unchanged".into(),
-        );
+    if let Some(map) = xattrmap(args, legacy)? {
+        if !map.catches_all() {
+            notes.push("--xattrmap: no rule matches every name: names no rule matches are refused (EPERM) and left out of lists (virtiofsd 1.14 panics on them)".into());
+        }
+        // As virtiofsd: a map implies --xattr.
+        s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
+        s.opts.xattrmap = Some(map);
     }
     if args.no_announce_submounts || legacy.announce_submounts == Some(false) {
         s.opts.announce_submounts = false;
@@ -425,6 +436,21 @@ fn apply_virtiofsd(
         };
     }
     Ok(())
+}
+
+/// `--xattrmap`, else `-o xattrmap=` (both must parse), as rules.
+fn xattrmap(
+    args: &Args,
+    legacy: &virtiofsd::Legacy,
+) -> Result<Option<crate::fs::xattrmap::XattrMap>, ConfigError> {
+    let parse = |option, text: &Option<String>| {
+        text.as_deref()
+            .map(crate::fs::xattrmap::XattrMap::parse)
+            .transpose()
+            .map_err(|source| ConfigError::XattrMap { option, source })
+    };
+    let legacy = parse("-o xattrmap", &legacy.xattrmap)?;
+    Ok(parse("--xattrmap", &args.xattrmap)?.or(legacy))
 }
 
 /// Applies, in order, the --config file, every -o list and the typed flags to the defaults.
@@ -698,6 +724,58 @@ mod tests {
         let c = parse(&["--socket-path=/s", "-o", "source=/a,modcaps=-fsetid"]).unwrap();
         assert_eq!(c.confinement.modcaps.unwrap().to_string(), "-fsetid");
         assert_eq!(c.fs.branches[0].path, PathBuf::from("/a"));
+    }
+
+    #[test]
+    fn xattrmap_rules_are_parsed_or_refused() {
+        let base = ["--socket-path=/s", "--shared-dir=/a"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        let c = with(&["--xattrmap=:map::user.virtiofs.:"]).unwrap();
+        let expected = crate::fs::xattrmap::XattrMap::parse(":map::user.virtiofs.:").unwrap();
+        assert_eq!(c.fs.opts.xattrmap.as_ref(), Some(&expected));
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        assert!(with(&[]).unwrap().fs.opts.xattrmap.is_none());
+        // The legacy key, and a map implying --xattr as in virtiofsd.
+        let c = with(&[
+            "-o",
+            "no_xattr,xattrmap=/prefix/all/trusted./user.vm.//ok/all///",
+        ])
+        .unwrap();
+        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough);
+        assert!(c.fs.opts.xattrmap.is_some());
+        // --xattrmap wins over the legacy key, but both must parse.
+        let c = with(&["-o", "xattrmap=:bad:all:::", "--xattrmap=:map::u.:"]).unwrap();
+        assert_eq!(
+            c.fs.opts.xattrmap,
+            Some(crate::fs::xattrmap::XattrMap::parse(":map::u.:").unwrap())
+        );
+        let e = with(&["-o", "xattrmap=:bad:al:::", "--xattrmap=:map::u.:"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid -o xattrmap: rule 1: unknown scope 'al' (expected all, client or server)"
+        );
+        let e = with(&["--xattrmap=:ok:all::: :prefix:all:trusted.:user.vm."]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --xattrmap: rule 2: no ':' closing its prepend field (a rule's first \
+             character is its separator, as ':' in :type:scope:key:prepend: or \
+             :map:key:prepend:)"
+        );
+        assert!(matches!(
+            with(&["--xattrmap= "]),
+            Err(ConfigError::XattrMap {
+                option: "--xattrmap",
+                source: crate::fs::xattrmap::ParseError::NoRules
+            })
+        ));
+        // Without a catch-all rule: accepted (as virtiofsd), with a note.
+        let c = with(&["--xattrmap=:prefix:client:trusted.:user.vm.:"]).unwrap();
+        assert_eq!(c.notes.len(), 1, "{:?}", c.notes);
+        assert!(c.notes[0].starts_with("--xattrmap: no rule matches every name"));
     }
 
     #[test]

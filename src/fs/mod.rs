@@ -20,6 +20,7 @@ pub mod own;
 mod readdir_snapshot;
 mod resolve;
 pub mod session;
+pub mod xattrmap;
 
 use std::ffi::CStr;
 use std::io;

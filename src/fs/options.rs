@@ -284,6 +284,9 @@ pub struct UnionOptions {
     pub statfs_ignore: StatfsIgnore,
     /// xattr behaviour.
     pub xattr: XattrMode,
+    /// virtiofsd's `--xattrmap`: how xattr names are renamed, refused or hidden between the
+    /// guest and the host (`None`: they pass unchanged).
+    pub xattrmap: Option<crate::fs::xattrmap::XattrMap>,
     /// Reads and writes become no-ops (benchmarking the transport).
     pub nullrw: bool,
     /// Page-cache mode for file contents.
@@ -367,6 +370,7 @@ impl Default for UnionOptions {
             statfs: StatfsMode::Base,
             statfs_ignore: StatfsIgnore::None,
             xattr: XattrMode::Passthrough,
+            xattrmap: None,
             nullrw: false,
             cache_files: CacheFiles::Libfuse,
             direct_io: false,

@@ -4,7 +4,12 @@
 //! they answer as the host does (a `user.*` name: ENODATA to read, EPERM to set; `trusted.*`
 //! and `security.*` pass). `xattr=nosys` answers
 //! ENOSYS (the guest stops asking); `xattr=noattr` reports no attributes and refuses to set any.
+//! With `--xattrmap` (`fs/xattrmap.rs`), a guest name becomes its host name or is refused as
+//! virtiofsd refuses it (`bad`: EPERM, ENODATA for a read; `unsupported`: ENOTSUP), and a
+//! host list is renamed and filtered before the guest sees it; its size (a listxattr of size
+//! 0) is the mapped list's, where virtiofsd answers the host's.
 
+use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
@@ -15,6 +20,7 @@ use rustix::fs::XattrFlags;
 use crate::fs::caller::Groups;
 use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
+use crate::fs::xattrmap::ClientName;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
@@ -40,9 +46,25 @@ fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
     fs.search_node(func, inode)
 }
 
+/// The host name of the guest's `name` under `--xattrmap` (the same name without one), or
+/// the errno it is refused with: `refused` for a `bad` rule (virtiofsd answers EPERM, but
+/// ENODATA to a read), ENOTSUP for an `unsupported` one.
+fn host_name<'a>(fs: &UnionFs, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
+    let Some(map) = &fs.cfg.opts.xattrmap else {
+        return Ok(Cow::Borrowed(name));
+    };
+    match map.client(name) {
+        ClientName::Use(host) => Ok(host),
+        ClientName::Refused => Err(errno(refused)),
+        ClientName::Unsupported => Err(errno(libc::ENOTSUP)),
+    }
+}
+
 /// Value of `name` (or its size when `size` is 0).
 pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<GetxattrReply> {
     mode_answer(fs, libc::ENODATA)?;
+    let name = host_name(fs, name, libc::ENODATA)?;
+    let name = name.as_ref();
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
     let f = found(fs, Func::Getxattr, inode)?;
     let p = target(&f)?;
@@ -69,6 +91,18 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
     let f = found(fs, Func::Listxattr, inode)?;
     let p = target(&f)?;
+    if let Some(map) = &fs.cfg.opts.xattrmap {
+        // The whole host list (at most XATTR_MAX), mapped: its size is the guest's answer
+        // to a size query, and the guest's buffer must hold the mapped list, not the host's.
+        let mut buf = vec![0u8; XATTR_MAX as usize];
+        let n = rustix::fs::listxattr(&p, &mut buf[..])?;
+        let names = map.server_list(&buf[..n]);
+        return match size {
+            0 => Ok(ListxattrReply::Count(names.len() as u32)),
+            _ if names.len() > size as usize => Err(errno(libc::ERANGE)),
+            _ => Ok(ListxattrReply::Names(names)),
+        };
+    }
     if size == 0 {
         return Ok(ListxattrReply::Count(
             rustix::fs::listxattr_query(&p)? as u32
@@ -80,23 +114,29 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
     Ok(ListxattrReply::Names(buf))
 }
 
-/// Applies `op` to every copy the action policy selects, as the caller.
+/// Applies `op` to every copy the action policy selects, as the caller, with the host name
+/// of the guest's `name` (a name `--xattrmap` refuses answers EPERM or ENOTSUP).
 fn each_copy(
     fs: &UnionFs,
     ctx: &Context,
     func: Func,
     inode: u64,
-    op: impl Fn(&str) -> io::Result<()>,
+    name: &CStr,
+    op: impl Fn(&str, &CStr) -> io::Result<()>,
 ) -> io::Result<()> {
     mode_answer(fs, libc::ENOTSUP)?;
+    let name = host_name(fs, name, libc::EPERM)?;
+    // A map that leads a guest name to an ACL name on the host is refused as the guest's
+    // ACL names are (see `refuse_acl`).
+    refuse_acl(&name)?;
     let rel = fs.inodes.path(inode)?;
     let mut fold = ErrnoFold::new();
     for f in fs.action(func, &rel)? {
-        fold.add(
-            &target(&f).and_then(|p| {
-                fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || op(&p))
-            }),
-        );
+        fold.add(&target(&f).and_then(|p| {
+            fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
+                op(&p, &name)
+            })
+        }));
     }
     fold.result_all()
 }
@@ -123,7 +163,7 @@ pub fn setxattr(
 ) -> io::Result<()> {
     refuse_acl(name)?;
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
-    each_copy(fs, ctx, Func::Setxattr, inode, |p| {
+    each_copy(fs, ctx, Func::Setxattr, inode, name, |p, name| {
         Ok(rustix::fs::setxattr(p, name, value, flags)?)
     })
 }
@@ -131,7 +171,7 @@ pub fn setxattr(
 /// Removes `name` from every writable copy.
 pub fn removexattr(fs: &UnionFs, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
     refuse_acl(name)?;
-    each_copy(fs, ctx, Func::Removexattr, inode, |p| {
+    each_copy(fs, ctx, Func::Removexattr, inode, name, |p, name| {
         Ok(rustix::fs::removexattr(p, name)?)
     })
 }
