@@ -33,28 +33,12 @@ use tmpfs::Tmpfs;
 /// Builds a backend that serves one host directory (both sides serve the same one).
 type BuildBackend = fn(&Path) -> Backend;
 
-/// The reference virtiofsd: `$UVFS_VIRTIOFSD`, else the one scripts/lib.sh installs into
-/// .cache/tools.
-fn virtiofsd_binary() -> PathBuf {
-    let path = std::env::var_os("UVFS_VIRTIOFSD").map_or_else(
-        || guest::repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd"),
-        PathBuf::from,
-    );
-    assert!(
-        path.is_file(),
-        "virtiofsd not found at {}: cargo install --locked virtiofsd --version 1.14.0 --root \
-         .cache/tools/virtiofsd (or set UVFS_VIRTIOFSD)",
-        path.display()
-    );
-    path
-}
-
 /// virtiofsd with its migration defaults (`--migration-mode find-paths`,
 /// `--migration-on-error abort`); no sandbox, so /proc/PID/fd shows host paths.
 fn virtiofsd(dir: &Path) -> Backend {
     let dir = dir.to_str().expect("utf-8 path");
     Backend::command(
-        virtiofsd_binary(),
+        guest::virtiofsd_binary(),
         &[
             "--socket-path",
             "{socket}",

@@ -111,6 +111,28 @@ impl Setup {
         guest::spawn_logged(&mut cmd, &self.log(name))
     }
 
+    /// The first daemon (log `d0`) and the guest running [`SCENARIO`] on it (console in
+    /// `console.log`): the reaper holds them in that order.
+    fn boot(&self) -> (Guest, Reaper, PathBuf) {
+        let guest = Guest {
+            mem: "1G".into(),
+            timeout: Duration::from_secs(600),
+            extra_initrd: vec![guest::tools_initrd(), guest::fio_initrd()],
+            ..Guest::default()
+        };
+        let script = self.tmp.join("scenario.sh");
+        fs::write(&script, format!("{}\n{SCENARIO}", guest::PRELUDE)).unwrap();
+        let first = guest::spawn_backend(&self.backend(&self.share), &self.socket, &self.log("d0"));
+        let mut reaper = Reaper(vec![first]);
+        let console = self.logs.join("console.log");
+        let qemu = guest::spawn_logged(
+            &mut guest::qemu_command(&guest, &self.socket, &script, &self.tmp),
+            &console,
+        );
+        reaper.0.push(qemu);
+        (guest, reaper, console)
+    }
+
     fn log(&self, name: &str) -> PathBuf {
         self.logs.join(format!("{name}.log"))
     }
@@ -173,22 +195,7 @@ fn upgrades_twice_while_the_guest_runs_fio() {
     guest::require_qemu();
     let _serial = guest::serialize_guests();
     let s = Setup::new();
-    let guest = Guest {
-        mem: "1G".into(),
-        timeout: Duration::from_secs(600),
-        extra_initrd: vec![guest::tools_initrd(), guest::fio_initrd()],
-        ..Guest::default()
-    };
-    let script = s.tmp.join("scenario.sh");
-    fs::write(&script, format!("{}\n{SCENARIO}", guest::PRELUDE)).unwrap();
-    let first = guest::spawn_backend(&s.backend(&s.share), &s.socket, &s.log("d0"));
-    let mut reaper = Reaper(vec![first]);
-    let console = s.logs.join("console.log");
-    let qemu = guest::spawn_logged(
-        &mut guest::qemu_command(&guest, &s.socket, &script, &s.tmp),
-        &console,
-    );
-    reaper.0.push(qemu);
+    let (guest, mut reaper, console) = s.boot();
     let transcript = || {
         let mut t = format!("----- console -----\n{}", guest::read_lossy(&console));
         for d in ["d0", "d1", "d2"] {
@@ -266,23 +273,8 @@ fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     guest::require_qemu();
     let _serial = guest::serialize_guests();
     let s = Setup::new();
-    let guest = Guest {
-        mem: "1G".into(),
-        timeout: Duration::from_secs(600),
-        extra_initrd: vec![guest::tools_initrd(), guest::fio_initrd()],
-        ..Guest::default()
-    };
-    let script = s.tmp.join("scenario.sh");
-    fs::write(&script, format!("{}\n{SCENARIO}", guest::PRELUDE)).unwrap();
-    let first = guest::spawn_backend(&s.backend(&s.share), &s.socket, &s.log("d0"));
-    let first_pid = first.id();
-    let mut reaper = Reaper(vec![first]);
-    let console = s.logs.join("console.log");
-    let qemu = guest::spawn_logged(
-        &mut guest::qemu_command(&guest, &s.socket, &script, &s.tmp),
-        &console,
-    );
-    reaper.0.push(qemu);
+    let (guest, mut reaper, console) = s.boot();
+    let first_pid = reaper.0[0].id();
     let transcript = || {
         format!(
             "----- console -----\n{}\n----- d0 -----\n{}\n----- d1 -----\n{}",

@@ -22,7 +22,7 @@ mod guest;
 mod tmpfs;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use guest::{Backend, Guest, Mode};
 use tmpfs::Tmpfs;
@@ -205,7 +205,7 @@ fn virtiofsd_announces_the_same_submount() {
     let n = Nested::new();
     let dir = n.path().to_str().unwrap().to_owned();
     let (ids, mounted) = submounts(&Backend::command(
-        virtiofsd_binary(),
+        guest::virtiofsd_binary(),
         &["--socket-path", "{socket}", "--shared-dir", &dir],
     ));
     assert_ne!(ids[3].0, ids[0].0, "{ids:?}");
@@ -214,16 +214,6 @@ fn virtiofsd_announces_the_same_submount() {
     // virtiofsd shows host inode numbers: the mount point and the share's root, two tmpfs
     // roots, are both (share's st_dev, 1) there; not asserted (theirs to change).
     println!("virtiofsd ids: {ids:?}");
-}
-
-fn virtiofsd_binary() -> PathBuf {
-    let p = guest::repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd");
-    assert!(
-        p.is_file(),
-        "{} missing: scripts/test.sh installs virtiofsd 1.14 (install_virtiofsd in scripts/lib.sh)",
-        p.display()
-    );
-    p
 }
 
 fn run(backend: &Backend) -> guest::GuestRun {
@@ -335,7 +325,7 @@ fn virtiofsd_xattrs_on_a_symlink_answer_the_same() {
     let a = Tmpfs::new("16M");
     let dir = a.path().to_str().unwrap().to_owned();
     let (share, local) = symlink_xattrs(&Backend::command(
-        virtiofsd_binary(),
+        guest::virtiofsd_binary(),
         &["--socket-path", "{socket}", "--shared-dir", &dir, "--xattr"],
     ));
     assert_eq!(share, local);
@@ -346,7 +336,7 @@ fn virtiofsd_writeback_does_the_same() {
     let a = Tmpfs::new("64M");
     let dir = a.path().to_str().unwrap().to_owned();
     run(&Backend::command(
-        virtiofsd_binary(),
+        guest::virtiofsd_binary(),
         &[
             "--socket-path",
             "{socket}",

@@ -15,7 +15,7 @@ mod fsharness;
 #[path = "support/guest.rs"]
 mod guest;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use fsharness::{c, ctx, errno_of, walk, Tmpfs};
@@ -261,7 +261,7 @@ fn prefix_map_renames_refuses_and_hides_as_virtiofsd() {
     let dir = theirs.path().to_str().unwrap().to_owned();
     let reference = run(
         &Backend::command(
-            virtiofsd_binary(),
+            guest::virtiofsd_binary(),
             &[
                 "--socket-path",
                 "{socket}",
@@ -301,7 +301,7 @@ fn selinux_map_from_the_legacy_option_as_virtiofsd() {
     let dir = theirs.path().to_str().unwrap().to_owned();
     let reference = run(
         &Backend::command(
-            virtiofsd_binary(),
+            guest::virtiofsd_binary(),
             &[
                 "--socket-path",
                 "{socket}",
@@ -348,7 +348,7 @@ fn the_same_maps_are_refused_with_one_error_line() {
         .map(|m| (m, true))
         .chain(bad.iter().map(|m| (m, false)))
     {
-        let theirs = Command::new(virtiofsd_binary())
+        let theirs = Command::new(guest::virtiofsd_binary())
             .args(["--print-capabilities", "--xattrmap", map])
             .output()
             .unwrap();
@@ -486,14 +486,4 @@ fn refusals_answer_virtiofsds_errnos() {
         );
     }
     assert_eq!(host_xattrs(&a.path().join("f")), lines(&["user.s=v"]));
-}
-
-fn virtiofsd_binary() -> PathBuf {
-    let p = guest::repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd");
-    assert!(
-        p.is_file(),
-        "{} missing: scripts/test.sh installs virtiofsd 1.14 (install_virtiofsd in scripts/lib.sh)",
-        p.display()
-    );
-    p
 }

@@ -111,6 +111,22 @@ impl Backend {
     }
 }
 
+/// virtiofsd 1.14, the reference daemon (`$UVFS_VIRTIOFSD`, else scripts/test.sh's
+/// `.cache/tools/virtiofsd/bin/virtiofsd`); panics with how to install it if it is missing.
+pub fn virtiofsd_binary() -> PathBuf {
+    let path = std::env::var_os("UVFS_VIRTIOFSD").map_or_else(
+        || repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd"),
+        PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "virtiofsd not found at {}: scripts/test.sh installs it (install_virtiofsd in \
+         scripts/lib.sh), or set UVFS_VIRTIOFSD",
+        path.display()
+    );
+    path
+}
+
 /// The daemon binary (see [`daemon_binary`]), for tests that build their own command lines.
 pub fn daemon_path() -> PathBuf {
     daemon_binary()
