@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -29,10 +29,14 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// does.
 pub type Hook = Box<dyn Fn() + Send + Sync>;
 
-/// Requests popped from one ring and not yet answered.
+/// Requests popped from one ring and not yet answered. Counting costs an atomic add per
+/// request; the lock and condition variable are only for a stop waiting on them.
 #[derive(Default)]
 pub struct InFlight {
-    count: Mutex<usize>,
+    count: AtomicUsize,
+    /// Stops waiting for the count to reach zero.
+    waiting: AtomicUsize,
+    lock: Mutex<()>,
     done: Condvar,
     hooks: OnceLock<(Hook, Hook)>,
     /// Something to run once, when the next request is answered (an upgraded daemon tells
@@ -55,17 +59,22 @@ pub fn take_made() -> Vec<FsVring> {
 impl InFlight {
     /// One more request being served.
     pub fn begin(&self) {
-        *self.count.locked() += 1;
+        self.count.fetch_add(1, Ordering::SeqCst);
     }
 
     /// A request answered (its used entry written).
     pub fn end(&self) {
-        {
-            let mut n = self.count.locked();
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.done.notify_all();
-            }
+        let before = self
+            .count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            })
+            .unwrap_or(0);
+        // The waiter checks the count under the lock after saying it waits: either it sees
+        // zero, or this notification reaches it.
+        if before <= 1 && self.waiting.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.locked();
+            self.done.notify_all();
         }
         if self.armed.load(Ordering::Acquire) {
             self.armed.store(false, Ordering::Release);
@@ -84,19 +93,25 @@ impl InFlight {
     /// Waits until no request of this ring is being served, at most until `deadline`;
     /// whether none is.
     pub fn wait_idle(&self, deadline: Instant) -> bool {
-        let mut n = self.count.locked();
-        while *n > 0 {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.lock.locked();
+        let idle = loop {
+            if self.count() == 0 {
+                break true;
+            }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return false;
+                break false;
             };
-            n = crate::sync::recover(self.done.wait_timeout(n, left)).0;
-        }
-        true
+            g = crate::sync::recover(self.done.wait_timeout(g, left)).0;
+        };
+        drop(g);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        idle
     }
 
     /// Requests being served now.
     pub fn count(&self) -> usize {
-        *self.count.locked()
+        self.count.load(Ordering::SeqCst)
     }
 
     /// Sets what a stop runs first and what a start runs (once: `hooks` is called only the
@@ -115,14 +130,11 @@ impl InFlight {
         if let Some((stop, _)) = self.hooks.get() {
             stop();
         }
-        let deadline = Instant::now() + DRAIN_LIMIT;
-        let mut n = self.count.locked();
-        while *n > 0 {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                log::error!("ring stopped with {} requests still being served", *n);
-                return;
-            };
-            n = crate::sync::recover(self.done.wait_timeout(n, left)).0;
+        if !self.wait_idle(Instant::now() + DRAIN_LIMIT) {
+            log::error!(
+                "ring stopped with {} requests still being served",
+                self.count()
+            );
         }
     }
 }
@@ -247,5 +259,37 @@ impl VringT<GuestMem> for FsVring {
 
     fn set_err(&self, file: Option<File>) {
         self.ring.set_err(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_waits_for_every_request_and_no_longer() {
+        let f = Arc::new(InFlight::default());
+        assert!(f.wait_idle(Instant::now()));
+        for _ in 0..3 {
+            f.begin();
+        }
+        assert!(!f.wait_idle(Instant::now() + Duration::from_millis(5)));
+        let ender = f.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..3 {
+                ender.end();
+            }
+        });
+        let waited = Instant::now();
+        assert!(f.wait_idle(Instant::now() + Duration::from_secs(30)));
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the last end woke the stop"
+        );
+        t.join().unwrap();
+        assert_eq!(f.count(), 0);
+        // An end without a begin never wraps the count.
+        f.end();
+        assert_eq!(f.count(), 0);
     }
 }
