@@ -5,7 +5,8 @@
 # test, python3 (the tests' inherited-socket wrapper) and uidmap (newuidmap/newgidmap for the
 # unprivileged daemon's --uid-map), stress-ng (the guest's lock stressors) and fio (the guest's
 # I/O load during an upgrade in place), attr and acl (getfattr/setfattr, getfacl/setfacl for
-# the guest's xattr tests). Also makes the
+# the guest's xattr and ACL tests), checkpolicy (compiles the guest's SELinux test policy:
+# tests/e2e_security_label.rs). Also makes the
 # system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
@@ -31,6 +32,7 @@ declare -A probe=(
     [fio]=/usr/bin/fio
     [attr]=/usr/bin/getfattr
     [acl]=/usr/bin/setfacl
+    [checkpolicy]=/usr/bin/checkpolicy
 )
 # The unprivileged test daemon's user: no home, no shell, 65536 subordinate ids.
 if ! id uvfs-test >/dev/null 2>&1; then

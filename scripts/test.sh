@@ -25,6 +25,12 @@ timed scripts/build-tools-initrd.sh fsx >/dev/null
 timed install_virtiofsd >/dev/null
 # A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
 timed scripts/build-debian-base.sh >/dev/null
+# A short fixed-seed pass of each fuzz target (its nightly build cached in .cache/fuzz/build).
+# Before the tests, so that their summary stays the closing line; a crash fails the run.
+fuzz_rc=0
+t0=$SECONDS
+scripts/fuzz.sh --runs 10000 || fuzz_rc=$?
+log "fuzz.sh: $((SECONDS - t0)) s"
 # The closing line sums every test binary's result (cargo's own last line is that of the
 # doc-tests, which hold none): "N passed, N failed".
 out=$(mktemp)
@@ -35,4 +41,5 @@ rc=${PIPESTATUS[0]}
 set -e
 sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
     awk '{p += $1; f += $2} END {printf "%d passed, %d failed\n", p, f}'
+[ "$rc" -ne 0 ] || rc=$fuzz_rc
 exit "$rc"

@@ -297,8 +297,8 @@ pub struct Args {
     #[arg(long, value_name = "TAG")]
     pub tag: Option<String>,
 
-    /// POSIX ACL support (implies --xattr); a bare --posix-acl is `always`. ACL xattrs are
-    /// stored, but the guest is not told to enforce them (a note is logged).
+    /// POSIX ACL support (implies --xattr); a bare --posix-acl is `always`: the guest
+    /// enforces ACLs, default ACLs are inherited, set-group-ID is cleared as the kernel does.
     #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
           default_missing_value = "always")]
     pub posix_acl: Option<NegotiationMode>,
@@ -309,8 +309,8 @@ pub struct Args {
     #[arg(long, value_name = "RULES")]
     pub xattrmap: Option<String>,
 
-    /// Security label support (implies --xattr); a bare --security-label is `always` (not
-    /// supported: a note is logged).
+    /// Security label support (implies --xattr); a bare --security-label is `always`: the
+    /// security context the guest sends is set on each new file before it gets its name.
     #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
           default_missing_value = "always")]
     pub security_label: Option<NegotiationMode>,
@@ -382,6 +382,12 @@ pub struct Args {
     /// refuses it for files the opener does not own).
     #[arg(long)]
     pub preserve_noatime: bool,
+
+    /// Offer FUSE_ALLOW_IDMAP, so that the guest may make idmapped mounts of the share.
+    /// Requests that create nothing then carry no caller: the daemon acts for them as the
+    /// guest's root (through --translate-uid/gid), after the guest's kernel checked them.
+    #[arg(long)]
+    pub allow_idmap: bool,
 
     /// Log to syslog (/dev/log) instead of stderr (errors are also printed on stderr); falls
     /// back to stderr with a warning when there is no syslog socket.

@@ -6,6 +6,9 @@ pub mod config;
 pub mod confine;
 pub mod docs;
 pub mod fs;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logging;
 pub mod sync;
 pub mod sys;

@@ -394,13 +394,21 @@ fn apply_virtiofsd(
         s.opts.readdirplus = false;
     }
     let on = |m: Option<NegotiationMode>| m.is_some_and(|m| m != NegotiationMode::Never);
-    if on(args.posix_acl.or(legacy.posix_acl)) {
-        s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
-        notes.push("--posix-acl: ACL xattrs are stored on the host, but FUSE_POSIX_ACL is not negotiated: the guest checks only mode bits".into());
+    let negotiate = |m: NegotiationMode| match m {
+        NegotiationMode::Never => crate::fs::options::Negotiate::Never,
+        NegotiationMode::Auto => crate::fs::options::Negotiate::Auto,
+        NegotiationMode::Always => crate::fs::options::Negotiate::Always,
+    };
+    if let Some(m) = args.posix_acl.or(legacy.posix_acl) {
+        s.opts.posix_acl = negotiate(m);
     }
-    if on(args.security_label.or(legacy.security_label)) {
+    if let Some(m) = args.security_label.or(legacy.security_label) {
+        s.opts.security_label = negotiate(m);
+    }
+    // As virtiofsd: either implies --xattr.
+    if on(args.posix_acl.or(legacy.posix_acl)) || on(args.security_label.or(legacy.security_label))
+    {
         s.opts.xattr = crate::fs::options::XattrMode::Passthrough;
-        notes.push("--security-label: security labels are not supported; new files get the host's default label".into());
     }
     if let Some(map) = xattrmap(args, legacy)? {
         if !map.catches_all() {
@@ -422,6 +430,7 @@ fn apply_virtiofsd(
         s.opts.host_locks = on;
     }
     s.opts.preserve_noatime = args.preserve_noatime;
+    s.opts.allow_idmap |= args.allow_idmap;
     s.opts.test_panic_on_lookup = args
         .test_panic_on_lookup
         .as_ref()
@@ -662,18 +671,21 @@ mod tests {
             v.extend_from_slice(extra);
             parse(&v)
         };
-        // A bare --posix-acl is `always` and does not swallow the next flag.
+        // A bare --posix-acl is `always` and does not swallow the next flag; no notes.
+        use crate::fs::options::Negotiate;
         let c = parse(&["--posix-acl", "--socket-path=/s", "--shared-dir=/a"]).unwrap();
-        assert_eq!(c.notes.len(), 1, "{:?}", c.notes);
-        assert!(c.notes[0].starts_with("--posix-acl"));
-        assert!(with(&["--posix-acl=never"]).unwrap().notes.is_empty());
-        assert_eq!(
-            with(&["--posix-acl=auto", "--security-label"])
-                .unwrap()
-                .notes
-                .len(),
-            2
-        );
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        assert_eq!(c.fs.opts.posix_acl, Negotiate::Always);
+        assert_eq!(c.fs.opts.security_label, Negotiate::Never);
+        let c = with(&["--posix-acl=never"]).unwrap();
+        assert_eq!(c.fs.opts.posix_acl, Negotiate::Never);
+        let c = with(&["--posix-acl=auto", "--security-label"]).unwrap();
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        assert_eq!(c.fs.opts.posix_acl, Negotiate::Auto);
+        assert_eq!(c.fs.opts.security_label, Negotiate::Always);
+        let c = with(&["-o", "security_label"]).unwrap();
+        assert_eq!(c.fs.opts.security_label, Negotiate::Always);
+        assert_eq!(c.fs.opts.xattr, crate::fs::options::XattrMode::Passthrough);
         assert!(matches!(
             with(&["--posix-acl=auto", "--translate-uid=guest:0:1000:1"]),
             Err(ConfigError::TranslateWithAcl(NegotiationMode::Auto))

@@ -199,6 +199,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.node_fds = v.parse().ok().filter(|n| *n > 0).ok_or(Expected("a positive number"))?;
         Ok(())
     } },
+    OptionSpec { name: "allow-idmap", help: "true|false: offer FUSE_ALLOW_IDMAP, so that the guest may make idmapped mounts of the share; requests that create nothing then carry no caller and are served as the guest's root (ours, default false; = --allow-idmap)", set: |s, v| {
+        s.opts.allow_idmap = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "lock-timeout", help: "SECS the same holders may block a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {
         s.opts.lock_timeout = seconds(v)?;
         Ok(())

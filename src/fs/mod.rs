@@ -19,6 +19,7 @@ pub mod options;
 pub mod own;
 mod readdir_snapshot;
 mod resolve;
+pub mod secctx;
 pub mod session;
 pub mod xattrmap;
 
@@ -134,9 +135,16 @@ impl UnionFs {
 
     /// The request's caller with host ids (`--translate-uid/gid`); EPERM for a forbidden id.
     fn host_ctx(&self, ctx: &Context) -> io::Result<Context> {
+        let mut ctx = *ctx;
+        // FUSE_ALLOW_IDMAP: a request that creates nothing carries no caller (uid and gid
+        // -1); the guest's kernel checked it, and the daemon serves it as the guest's root
+        // would be served (so never beyond what the id map grants guest root).
+        if ctx.uid == u32::MAX && ctx.gid == u32::MAX && self.negotiated.idmap() {
+            (ctx.uid, ctx.gid) = (0, 0);
+        }
         let ids = &self.cfg.ids;
         if ids.uid.is_identity() && ids.gid.is_identity() {
-            return Ok(*ctx);
+            return Ok(ctx);
         }
         Ok(Context {
             uid: ids.uid.to_host(ctx.uid).map_err(forbidden)?,
@@ -424,7 +432,11 @@ impl FileSystem for UnionFs {
         parent: u64,
         name: &CStr,
     ) -> io::Result<Entry> {
-        ops::create::symlink(self, &self.host_ctx(ctx)?, linkname, parent, name)
+        let new = ops::create::NewEntry {
+            umask: None,
+            label: secctx::current(),
+        };
+        ops::create::symlink(self, &self.host_ctx(ctx)?, linkname, parent, name, &new)
             .map(|e| self.guest_entry(e))
     }
 
@@ -435,9 +447,10 @@ impl FileSystem for UnionFs {
         name: &CStr,
         mode: u32,
         rdev: u32,
-        _umask: u32,
+        umask: u32,
     ) -> io::Result<Entry> {
-        ops::create::mknod(self, &self.host_ctx(ctx)?, parent, name, mode, rdev)
+        let new = ops::create::NewEntry::of_request(self, umask);
+        ops::create::mknod(self, &self.host_ctx(ctx)?, parent, name, mode, rdev, &new)
             .map(|e| self.guest_entry(e))
     }
 
@@ -447,9 +460,10 @@ impl FileSystem for UnionFs {
         parent: u64,
         name: &CStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
     ) -> io::Result<Entry> {
-        ops::create::mkdir(self, &self.host_ctx(ctx)?, parent, name, mode)
+        let new = ops::create::NewEntry::of_request(self, umask);
+        ops::create::mkdir(self, &self.host_ctx(ctx)?, parent, name, mode, &new)
             .map(|e| self.guest_entry(e))
     }
 
@@ -644,7 +658,7 @@ impl FileSystem for UnionFs {
         value: &[u8],
         flags: u32,
     ) -> io::Result<()> {
-        ops::xattr::setxattr(self, &self.host_ctx(ctx)?, inode, name, value, flags)
+        ops::xattr::setxattr(self, &self.host_ctx(ctx)?, inode, name, value, flags, 0)
     }
 
     fn getxattr(

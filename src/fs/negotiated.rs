@@ -1,19 +1,63 @@
 //! What FUSE_INIT settles with the guest: the options the reply enables, chosen from the
-//! daemon's options and the guest's offer (a pure function), and the two choices that then
-//! change how requests are served (the writeback cache, announced submounts), which a moved
-//! session carries to the next daemon.
+//! daemon's options and the guest's offer (pure functions), and the choices that then
+//! change how requests are served (the writeback cache, announced submounts, POSIX ACLs,
+//! security labels), which a moved session carries to the next daemon.
 
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use fuse_backend_rs::abi::fuse_abi::FsOptions;
 
-use crate::fs::options::UnionOptions;
+use crate::fs::options::{Negotiate, UnionOptions};
+use crate::sys::abi::fuse::{ALLOW_IDMAP, DONT_MASK, POSIX_ACL, SECURITY_CTX, SETXATTR_EXT};
 
 /// The choices of the last INIT (or of the session moved here).
 #[derive(Debug, Default)]
 pub struct Negotiated {
     writeback: AtomicBool,
     submounts: AtomicBool,
+    posix_acl: AtomicBool,
+    security_ctx: AtomicBool,
+    idmap: AtomicBool,
+}
+
+/// The choices [`extra_options`] makes beyond fuse-backend-rs's names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// The raw INIT bits to enable.
+    pub bits: u64,
+    /// POSIX ACLs.
+    pub posix_acl: bool,
+    /// Security contexts with creates.
+    pub security_ctx: bool,
+    /// Idmapped mounts allowed.
+    pub idmap: bool,
+}
+
+/// The flags POSIX ACLs need together: the guest enforces them, leaves the umask to the
+/// daemon, and says when setting one must clear set-group-ID.
+const ACL_FLAGS: u64 = POSIX_ACL | DONT_MASK | SETXATTR_EXT;
+
+/// The INIT options fuse-backend-rs cannot name, for a guest offering `offered` (`flags |
+/// flags2 << 32`); the option whose `always` the guest cannot meet, if any (INIT then fails,
+/// as with virtiofsd).
+pub fn extra_options(opts: &UnionOptions, offered: u64) -> Result<Extra, &'static str> {
+    let pick = |mode: Negotiate, bits: u64, what: &'static str| match mode {
+        Negotiate::Never => Ok(false),
+        _ if offered & bits == bits => Ok(true),
+        Negotiate::Auto => Ok(false),
+        Negotiate::Always => Err(what),
+    };
+    let posix_acl = pick(opts.posix_acl, ACL_FLAGS, "--posix-acl")?;
+    let security_ctx = pick(opts.security_label, SECURITY_CTX, "--security-label")?;
+    let idmap = opts.allow_idmap && offered & ALLOW_IDMAP != 0;
+    let on = |yes: bool, bits: u64| if yes { bits } else { 0 };
+    Ok(Extra {
+        bits: on(posix_acl, ACL_FLAGS) | on(security_ctx, SECURITY_CTX) | on(idmap, ALLOW_IDMAP),
+        posix_acl,
+        security_ctx,
+        idmap,
+    })
 }
 
 impl Negotiated {
@@ -27,10 +71,67 @@ impl Negotiated {
         self.submounts.load(Ordering::Relaxed)
     }
 
+    /// POSIX ACLs are on (FUSE_POSIX_ACL, DONT_MASK, SETXATTR_EXT).
+    pub fn posix_acl(&self) -> bool {
+        self.posix_acl.load(Ordering::Relaxed)
+    }
+
+    /// New objects come with a security context (FUSE_SECURITY_CTX).
+    pub fn security_ctx(&self) -> bool {
+        self.security_ctx.load(Ordering::Relaxed)
+    }
+
     /// Records the choices (INIT, or an imported session).
     pub fn set(&self, writeback: bool, submounts: bool) {
         self.writeback.store(writeback, Ordering::Relaxed);
         self.submounts.store(submounts, Ordering::Relaxed);
+    }
+
+    /// Idmapped mounts are allowed (FUSE_ALLOW_IDMAP): requests that create nothing carry
+    /// no caller.
+    pub fn idmap(&self) -> bool {
+        self.idmap.load(Ordering::Relaxed)
+    }
+
+    /// The choices of [`extra_options`] in force.
+    pub fn extra(&self) -> Extra {
+        let (posix_acl, security_ctx, idmap) =
+            (self.posix_acl(), self.security_ctx(), self.idmap());
+        let on = |yes: bool, bits: u64| if yes { bits } else { 0 };
+        Extra {
+            bits: on(posix_acl, ACL_FLAGS)
+                | on(security_ctx, SECURITY_CTX)
+                | on(idmap, ALLOW_IDMAP),
+            posix_acl,
+            security_ctx,
+            idmap,
+        }
+    }
+
+    /// Records the choices of [`extra_options`] (INIT, or an imported session; `bits` is
+    /// not read).
+    pub fn set_extra(&self, e: Extra) {
+        self.posix_acl.store(e.posix_acl, Ordering::Relaxed);
+        self.security_ctx.store(e.security_ctx, Ordering::Relaxed);
+        self.idmap.store(e.idmap, Ordering::Relaxed);
+    }
+
+    /// INIT, after [`Negotiated::init`]: the raw flags to enable for a guest offering
+    /// `offered`; EPROTO (logged) for a guest that cannot meet an `always`.
+    pub fn init_extra(&self, opts: &UnionOptions, offered: u64) -> io::Result<u64> {
+        match extra_options(opts, offered) {
+            Ok(e) => {
+                self.set_extra(e);
+                Ok(e.bits)
+            }
+            Err(what) => {
+                self.set_extra(Extra::default());
+                log::error!(
+                    "{what}=always, but the guest's kernel does not offer it: INIT refused"
+                );
+                Err(io::Error::from_raw_os_error(libc::EPROTO))
+            }
+        }
     }
 
     /// INIT: the options to enable for a guest that offers `capable`; records the choices.
@@ -91,5 +192,39 @@ mod tests {
         let n = Negotiated::default();
         n.init(&o, all);
         assert!(n.writeback() && !n.submounts());
+    }
+
+    #[test]
+    fn acls_need_all_three_flags_and_always_needs_the_guest() {
+        let mut o = UnionOptions::default();
+        let all = ACL_FLAGS | SECURITY_CTX | ALLOW_IDMAP;
+        let bits = |r: Result<Extra, &'static str>| r.map(|e| e.bits);
+        assert_eq!(extra_options(&o, all), Ok(Extra::default()));
+        o.posix_acl = Negotiate::Auto;
+        assert_eq!(bits(extra_options(&o, all)), Ok(ACL_FLAGS));
+        assert!(extra_options(&o, all).unwrap().posix_acl);
+        assert_eq!(bits(extra_options(&o, POSIX_ACL | DONT_MASK)), Ok(0));
+        o.posix_acl = Negotiate::Always;
+        assert_eq!(
+            bits(extra_options(&o, POSIX_ACL | DONT_MASK)),
+            Err("--posix-acl")
+        );
+        o.security_label = Negotiate::Auto;
+        assert_eq!(bits(extra_options(&o, all)), Ok(ACL_FLAGS | SECURITY_CTX));
+        o.posix_acl = Negotiate::Never;
+        o.security_label = Negotiate::Always;
+        assert_eq!(bits(extra_options(&o, ACL_FLAGS)), Err("--security-label"));
+        assert_eq!(bits(extra_options(&o, SECURITY_CTX)), Ok(SECURITY_CTX));
+        o.allow_idmap = true;
+        assert_eq!(bits(extra_options(&o, all)), Ok(SECURITY_CTX | ALLOW_IDMAP));
+        let n = Negotiated::default();
+        assert!(n.init_extra(&o, 0).is_err());
+        assert!(!n.security_ctx());
+        assert_eq!(n.init_extra(&o, all).unwrap(), SECURITY_CTX | ALLOW_IDMAP);
+        assert!(n.security_ctx() && !n.posix_acl() && n.idmap());
+        assert_eq!(n.extra(), extra_options(&o, all).unwrap());
+        o.security_label = Negotiate::Never;
+        assert_eq!(n.init_extra(&o, SECURITY_CTX).unwrap(), 0);
+        assert!(!n.idmap() && !n.security_ctx());
     }
 }

@@ -267,6 +267,18 @@ pub enum FileHandles {
     Mandatory,
 }
 
+/// Whether an INIT option is negotiated (virtiofsd's `never|auto|always`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Negotiate {
+    /// Never offered.
+    #[default]
+    Never,
+    /// Enabled when the guest offers it.
+    Auto,
+    /// Enabled, and INIT fails (EPROTO) for a guest that does not offer it.
+    Always,
+}
+
 /// All behaviour settings of the union.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnionOptions {
@@ -355,6 +367,18 @@ pub struct UnionOptions {
     /// dropped, as virtiofsd does, because the host refuses it (EPERM) for files the opener
     /// does not own.
     pub preserve_noatime: bool,
+    /// POSIX ACLs (`--posix-acl`): FUSE_POSIX_ACL, DONT_MASK and SETXATTR_EXT together; the
+    /// guest enforces ACLs, the daemon applies its umask per request (so the host applies a
+    /// parent's default ACL instead) and clears set-group-ID when the guest says to.
+    pub posix_acl: Negotiate,
+    /// Security labels (`--security-label`): FUSE_SECURITY_CTX; the context the guest sends
+    /// with a new object is set on it (as an xattr, named through `--xattrmap`) before the
+    /// object gets its name.
+    pub security_label: Negotiate,
+    /// Offer FUSE_ALLOW_IDMAP (`--allow-idmap`): the guest may make idmapped mounts of the
+    /// share. Requests that create nothing then carry no caller (uid and gid -1): they are
+    /// served as the guest's root, the guest's kernel having checked them.
+    pub allow_idmap: bool,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -397,6 +421,9 @@ impl Default for UnionOptions {
             writeback: false,
             announce_submounts: true,
             preserve_noatime: false,
+            posix_acl: Negotiate::Never,
+            security_label: Negotiate::Never,
+            allow_idmap: false,
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The operations this project serves itself, outside fuse-backend-rs 0.14's `FileSystem`
-//! (which does not dispatch them, or calls SETLK for SETLKW): host-side locks, SYNCFS, STATX
-//! and COPY_FILE_RANGE. The vhost
+//! (which does not dispatch them, or calls SETLK for SETLKW): host-side locks, SYNCFS, STATX,
+//! COPY_FILE_RANGE, TMPFILE, IOCTL, SETXATTR (with FUSE_SETXATTR_EXT) and what INIT settles
+//! beyond fuse-backend-rs's names (POSIX ACLs, security contexts). The vhost
 //! layer decodes each request once and calls these. Every method has a default answer
 //! (ENOSYS), so a `FileSystem` that offers none (the dispatcher's test double) needs no code.
 
+use std::ffi::CStr;
 use std::io;
 use std::time::Duration;
 
@@ -108,6 +110,34 @@ pub trait OwnOps {
         enosys()
     }
 
+    /// INIT, after `FileSystem::init`: the INIT flags fuse-backend-rs cannot name to enable
+    /// for a guest offering `offered` (`flags | flags2 << 32`).
+    fn init_extra(&self, offered: u64) -> io::Result<u64> {
+        let _ = offered;
+        Ok(0)
+    }
+
+    /// The flags [`OwnOps::init_extra`] enabled for the session being served (a moved
+    /// session's too).
+    fn extra_flags(&self) -> u64 {
+        0
+    }
+
+    /// SETXATTR, with FUSE_SETXATTR_EXT's `setxattr_flags` (0 without it).
+    #[allow(clippy::too_many_arguments)]
+    fn set_xattr(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+        setxattr_flags: u32,
+    ) -> io::Result<()> {
+        let _ = (ctx, inode, name, value, flags, setxattr_flags);
+        enosys()
+    }
+
     /// COPY_FILE_RANGE: bytes copied between two open files.
     #[allow(clippy::too_many_arguments)]
     fn copy_file_range(
@@ -207,6 +237,27 @@ impl OwnOps for super::UnionFs {
         out_size: u32,
     ) -> io::Result<Vec<u8>> {
         super::ops::ioctl::ioctl(self, inode, fh, cmd, input, out_size)
+    }
+
+    fn init_extra(&self, offered: u64) -> io::Result<u64> {
+        self.negotiated.init_extra(&self.cfg.opts, offered)
+    }
+
+    fn extra_flags(&self) -> u64 {
+        self.negotiated.extra().bits
+    }
+
+    fn set_xattr(
+        &self,
+        ctx: &Context,
+        inode: u64,
+        name: &CStr,
+        value: &[u8],
+        flags: u32,
+        setxattr_flags: u32,
+    ) -> io::Result<()> {
+        let ctx = &self.host_ctx(ctx)?;
+        super::ops::xattr::setxattr(self, ctx, inode, name, value, flags, setxattr_flags)
     }
 
     fn tmpfile(

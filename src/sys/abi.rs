@@ -102,6 +102,62 @@ pub mod fuse {
         pub spare2: [u64; 14],
     }
 
+    /// INIT flag `FUSE_DONT_MASK`: the guest leaves the umask to the daemon (and sends it).
+    pub const DONT_MASK: u64 = 1 << 6;
+    /// INIT flag `FUSE_POSIX_ACL`: the guest enforces POSIX ACLs it reads as xattrs.
+    pub const POSIX_ACL: u64 = 1 << 20;
+    /// INIT flag `FUSE_SETXATTR_EXT`: SETXATTR carries `setxattr_flags` (the longer
+    /// [`SetxattrInExt`]).
+    pub const SETXATTR_EXT: u64 = 1 << 29;
+    /// INIT flag (flags2) `FUSE_SECURITY_CTX`: create, mkdir, mknod and symlink carry the
+    /// security context of the new object as a request extension.
+    pub const SECURITY_CTX: u64 = 1 << 32;
+    /// INIT flag (flags2) `FUSE_ALLOW_IDMAP` (7.40): the guest may make idmapped mounts; its
+    /// requests that create nothing then carry uid and gid -1.
+    pub const ALLOW_IDMAP: u64 = 1 << 40;
+    /// `FUSE_SETXATTR_ACL_KILL_SGID`: clear set-group-ID when this ACL is set.
+    pub const SETXATTR_ACL_KILL_SGID: u32 = 1;
+    /// The highest extension type that is a security context (its type is their count).
+    pub const MAX_NR_SECCTX: u32 = 31;
+    /// Extension type `FUSE_EXT_GROUPS`: the caller's supplementary group.
+    pub const EXT_GROUPS: u32 = 32;
+
+    /// `struct fuse_setxattr_in` with FUSE_SETXATTR_EXT.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct SetxattrInExt {
+        /// Value length.
+        pub size: u32,
+        /// `XATTR_CREATE` / `XATTR_REPLACE`.
+        pub flags: u32,
+        /// `FUSE_SETXATTR_ACL_KILL_SGID`.
+        pub setxattr_flags: u32,
+        /// Unused.
+        pub padding: u32,
+    }
+
+    /// `struct fuse_ext_header`: one request extension (`size` includes this header and
+    /// is a multiple of 8).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct ExtHeader {
+        /// Bytes of the extension, this header included.
+        pub size: u32,
+        /// 0..=31: a security-context list of that many; 32: supplementary groups.
+        pub ext_type: u32,
+    }
+
+    /// `struct fuse_secctx`: one security context, followed by its NUL-terminated xattr
+    /// name and `size` bytes of value.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Secctx {
+        /// Bytes of the value.
+        pub size: u32,
+        /// Unused.
+        pub padding: u32,
+    }
+
     /// `struct fuse_statx_out`.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default)]
@@ -129,6 +185,12 @@ pub mod fuse {
     unsafe impl ByteValued for Statx {}
     // SAFETY: as above.
     unsafe impl ByteValued for StatxOut {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for SetxattrInExt {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for ExtHeader {}
+    // SAFETY: as above.
+    unsafe impl ByteValued for Secctx {}
 
     #[cfg(test)]
     mod tests {
@@ -140,6 +202,9 @@ pub mod fuse {
             assert_eq!(std::mem::size_of::<SxTime>(), 16);
             assert_eq!(std::mem::size_of::<Statx>(), 256);
             assert_eq!(std::mem::size_of::<StatxOut>(), 288);
+            assert_eq!(std::mem::size_of::<SetxattrInExt>(), 16);
+            assert_eq!(std::mem::size_of::<ExtHeader>(), 8);
+            assert_eq!(std::mem::size_of::<Secctx>(), 8);
         }
     }
 }

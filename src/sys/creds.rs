@@ -66,6 +66,23 @@ impl Drop for GroupsGuard {
     }
 }
 
+/// While alive, this thread's filesystem ids are the daemon's (root's) again, inside a
+/// [`switch_to`]: for what the daemon does on the caller's behalf but not as the caller (the
+/// security label the guest's LSM chose for a new object). Does nothing where no switch is in
+/// force.
+pub fn as_daemon() -> FsCredsGuard {
+    if !acts_as_caller() {
+        return FsCredsGuard { restore: None };
+    }
+    // SAFETY: as in `switch_to`: plain integers, the previous ids returned.
+    let old_uid = unsafe { libc::setfsuid(0) } as u32;
+    // SAFETY: as above.
+    let old_gid = unsafe { libc::setfsgid(0) } as u32;
+    FsCredsGuard {
+        restore: ((old_uid, old_gid) != (0, 0)).then_some((old_uid, old_gid)),
+    }
+}
+
 /// Switches this thread's fsuid/fsgid to `uid`/`gid` when the daemon runs as root (of its user
 /// namespace, too); otherwise (unprivileged daemon) does nothing and entries are owned by the
 /// daemon's user. An id the user namespace does not map (the kernel then keeps the old id

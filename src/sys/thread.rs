@@ -22,6 +22,23 @@ pub fn set_umask(mask: u32) -> u32 {
     unsafe { libc::umask(mask as libc::mode_t) as u32 }
 }
 
+/// While alive, the calling thread's umask is the one given (a worker's own, after
+/// [`unshare_fs`]); then the one before.
+pub struct UmaskGuard(u32);
+
+impl UmaskGuard {
+    /// Sets `mask` (its permission bits) until the guard goes.
+    pub fn new(mask: u32) -> Self {
+        UmaskGuard(set_umask(mask & 0o777))
+    }
+}
+
+impl Drop for UmaskGuard {
+    fn drop(&mut self) {
+        set_umask(self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use super::opcode::{self, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::waiters::Waiters;
 use crate::fs::own::OwnOps;
+use crate::fs::secctx;
 use crate::fs::session::Sessions;
 
 /// What the dispatcher needs of a filesystem: fuse-backend-rs's `FileSystem` for what its
@@ -325,9 +326,11 @@ where
                     // never learn about (and so never release): refuse before acting.
                     return reply_errno(&mut w, hdr.unique, libc::EINVAL);
                 }
+                let room = w.available_bytes();
                 let n = self.serve_copy(hdr, r, w)?;
-                // fuse-backend-rs replies to DESTROY but reports 0 bytes written.
-                if op == Opcode::Destroy as u32 {
+                // fuse-backend-rs replies to DESTROY but reports 0 bytes written (and writes
+                // nothing where the chain has no room for the header).
+                if op == Opcode::Destroy as u32 && room >= size_of::<OutHeader>() {
                     Ok(n.max(size_of::<OutHeader>()))
                 } else {
                     Ok(n)
@@ -338,19 +341,39 @@ where
 
     /// Hands the request to the `Server` from this thread's private copy: the header as read
     /// once, then the rest of the request copied out of guest memory in one pass.
+    ///
+    /// A request that carries extensions (a security context after a create's arguments)
+    /// reaches the `Server` without them, as it would without FUSE_SECURITY_CTX; the context
+    /// goes beside it ([`secctx::scoped`]).
     pub(super) fn serve_copy(
         &self,
         hdr: &InHeader,
         mut r: Reader<'_, Slice>,
-        w: Writer<'_, Slice>,
+        mut w: Writer<'_, Slice>,
     ) -> Result<usize, RequestError> {
         use vm_memory::ByteValued;
+        let mut hdr = *hdr;
+        let declared = (hdr.len as usize).max(size_of::<InHeader>());
+        let mut body_len = (declared - size_of::<InHeader>()).min(r.available_bytes());
+        let mut ext = None;
+        if hdr.padding as u16 != 0 {
+            // total_extlen: the low half of what fuse-backend-rs calls padding.
+            let ext_len = usize::from(hdr.padding as u16) * 8;
+            let found = match r.split_at(body_len.saturating_sub(ext_len)) {
+                Ok(mut tail) => self.extensions(&hdr, &mut tail),
+                Err(_) => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+            };
+            match found {
+                Ok(e) => ext = e,
+                Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+            }
+            body_len -= ext_len;
+            hdr.len = (size_of::<InHeader>() + body_len) as u32;
+            hdr.padding &= !0xffff;
+        }
         REQUEST.with(|buf| {
             let mut buf = buf.borrow_mut();
-            let declared = (hdr.len as usize).max(size_of::<InHeader>());
-            let len = declared
-                .min(size_of::<InHeader>() + r.available_bytes())
-                .min(SERVER_MAX_REQUEST);
+            let len = (size_of::<InHeader>() + body_len).min(SERVER_MAX_REQUEST);
             buf.clear();
             buf.resize(len, 0);
             buf[..size_of::<InHeader>()].copy_from_slice(hdr.as_slice());
@@ -358,8 +381,7 @@ where
             std::io::Read::read_exact(&mut r, body).map_err(RequestError::Decode)?;
             let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
                 .map_err(RequestError::Chain)?;
-            self.server
-                .handle_message(copy, w, None, None)
+            secctx::scoped(ext, || self.server.handle_message(copy, w, None, None))
                 .map_err(RequestError::Server)
         })
     }
@@ -394,10 +416,14 @@ where
             Ok(want) => want,
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
+        let offered = u64::from(arg.flags) | (u64::from(flags2.unwrap_or(0)) << 32);
+        let extra = match self.fs.init_extra(offered) {
+            Ok(bits) => bits,
+            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+        };
         let pages = init::effective_max_pages(self.max_pages, queue_size);
         let (mut out, negotiated) = init::build_reply(&arg, capable, want, pages, self.page_size);
-        let offered = u64::from(arg.flags) | (u64::from(flags2.unwrap_or(0)) << 32);
-        init::enable_raw(&mut out, offered, self.raw_init_flags);
+        init::enable_raw(&mut out, offered, self.raw_init_flags | extra);
         debug!(
             "FUSE INIT {}.{} offered {:?}, enabled {:#x}/{:#x}",
             arg.major, arg.minor, capable, out.flags, out.flags2

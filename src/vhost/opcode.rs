@@ -32,6 +32,9 @@ pub(crate) enum Own {
     CopyFileRange,
     /// FUSE_IOCTL (inode flags and fsxattr only).
     Ioctl,
+    /// FUSE_SETXATTR, whose argument grows with FUSE_SETXATTR_EXT (which fuse-backend-rs
+    /// 0.14 does not know).
+    Setxattr,
     /// FUSE_TMPFILE (7.37).
     Tmpfile,
 }
@@ -92,7 +95,8 @@ pub(crate) const STATX: u32 = 52;
 
 use Cost::{Blocking, Cheap, Costly, FromSize};
 use Own::{
-    CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Statx, Syncfs, Tmpfile, Write,
+    CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Setxattr, Statx, Syncfs, Tmpfile,
+    Write,
 };
 use ServedBy::{Daemon, Library, Unsupported};
 
@@ -136,7 +140,10 @@ const ROWS: &[(u32, OpInfo)] = &[
     (Opcode::Statfs as u32, row(true, 0, Cheap, Library)),
     (Opcode::Release as u32, row(true, 0, Cheap, Library)),
     (Opcode::Fsync as u32, row(true, 0, Costly, Library)),
-    (Opcode::Setxattr as u32, row(true, 0, Costly, Library)),
+    (
+        Opcode::Setxattr as u32,
+        row(true, 0, Costly, Daemon(Setxattr)),
+    ),
     (Opcode::Getxattr as u32, row(true, 0, Cheap, Library)),
     (Opcode::Listxattr as u32, row(true, 0, Cheap, Library)),
     (Opcode::Removexattr as u32, row(true, 0, Costly, Library)),

@@ -4,9 +4,11 @@
 
 use fuse_backend_rs::abi::fuse_abi::{
     CopyFileRangeIn, CreateIn, EntryOut, InHeader, InterruptIn, IoctlIn, IoctlOut, LkIn, LkOut,
-    OpenOut, WriteOut, GETATTR_FH, LK_FLOCK,
+    OpenOut, SetxattrIn, WriteOut, GETATTR_FH, LK_FLOCK,
 };
 use fuse_backend_rs::api::filesystem::Context;
+use std::ffi::CStr;
+
 use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::ByteValued;
 
@@ -14,7 +16,10 @@ use super::dispatch::{Dispatcher, ServedFs};
 use super::io;
 use super::opcode::{Opcode, Own};
 use super::reply::{reply_io_error, reply_ok, RequestError};
-use crate::sys::abi::fuse::{StatxIn, StatxOut, SyncfsIn};
+use crate::fs::secctx;
+use crate::sys::abi::fuse::{
+    SetxattrInExt, StatxIn, StatxOut, SyncfsIn, SECURITY_CTX, SETXATTR_EXT,
+};
 
 impl<F: ServedFs> Dispatcher<F> {
     /// Serves `own` for the request `hdr` (`r` is past the header).
@@ -155,10 +160,17 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(&mut w, hdr.unique, &e),
                 }
             }
+            Own::Setxattr => self.setxattr(&ctx, hdr, r, w),
             Own::Tmpfile => {
-                // fuse_create_in, then a name the kernel sends but that means nothing here.
+                // fuse_create_in, then a name the kernel sends but that means nothing here,
+                // then (FUSE_SECURITY_CTX) the new file's security context.
                 let args: CreateIn = r.read_obj().map_err(RequestError::Decode)?;
-                match self.fs.tmpfile(&ctx, hdr.nodeid, args) {
+                let ext = match self.extensions(hdr, &mut r) {
+                    Ok(ext) => ext,
+                    Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+                };
+                let res = secctx::scoped(ext, || self.fs.tmpfile(&ctx, hdr.nodeid, args));
+                match res {
                     Ok((e, fh, opts)) => {
                         let entry = EntryOut {
                             nodeid: e.inode,
@@ -190,6 +202,86 @@ impl<F: ServedFs> Dispatcher<F> {
                 Ok(0)
             }
         }
+    }
+}
+
+impl<F: ServedFs> Dispatcher<F> {
+    /// SETXATTR: `fuse_setxattr_in` (16 bytes with FUSE_SETXATTR_EXT, else 8), the name, the
+    /// value; each length checked against the others and Linux's limits.
+    fn setxattr(
+        &self,
+        ctx: &Context,
+        hdr: &InHeader,
+        mut r: Reader<'_, super::backend::Logged>,
+        mut w: Writer<'_, super::backend::Logged>,
+    ) -> Result<usize, RequestError> {
+        let (size, flags, setxattr_flags, arg_len) = if self.fs.extra_flags() & SETXATTR_EXT != 0 {
+            let a: SetxattrInExt = r.read_obj().map_err(RequestError::Decode)?;
+            (
+                a.size,
+                a.flags,
+                a.setxattr_flags,
+                size_of::<SetxattrInExt>(),
+            )
+        } else {
+            let a: SetxattrIn = r.read_obj().map_err(RequestError::Decode)?;
+            (a.size, a.flags, 0, size_of::<SetxattrIn>())
+        };
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        // Name (at most 255 bytes and its NUL) and value (at most 64 KiB), as declared.
+        let rest = (hdr.len as usize)
+            .checked_sub(size_of::<InHeader>() + arg_len)
+            .filter(|&n| n <= 256 + 65536 && n <= r.available_bytes());
+        let Some(rest) = rest else {
+            return reply_io_error(&mut w, hdr.unique, &einval);
+        };
+        let mut buf = vec![0u8; rest];
+        std::io::Read::read_exact(&mut r, &mut buf).map_err(RequestError::Decode)?;
+        let Some(nul) = buf.iter().position(|&b| b == 0) else {
+            return reply_io_error(&mut w, hdr.unique, &einval);
+        };
+        let (name, value) = (&buf[..=nul], &buf[nul + 1..]);
+        if value.len() != size as usize {
+            return reply_io_error(&mut w, hdr.unique, &einval);
+        }
+        let name = CStr::from_bytes_with_nul(name).expect("ends at its first NUL");
+        match self
+            .fs
+            .set_xattr(ctx, hdr.nodeid, name, value, flags, setxattr_flags)
+        {
+            Ok(()) => reply_ok(&mut w, hdr.unique, &[]),
+            Err(e) => reply_io_error(&mut w, hdr.unique, &e),
+        }
+    }
+
+    /// The security context a create-like request carries after its arguments (the last
+    /// `total_extlen * 8` bytes, FUSE_SECURITY_CTX only); `r` is left at the extension.
+    /// EINVAL for extensions that were not negotiated or do not parse.
+    pub(super) fn extensions<S: vm_memory::bitmap::BitmapSlice>(
+        &self,
+        hdr: &InHeader,
+        r: &mut Reader<'_, S>,
+    ) -> std::io::Result<Option<secctx::SecContext>> {
+        let ext_len = usize::from(hdr.padding as u16) * 8;
+        if ext_len == 0 {
+            return Ok(None);
+        }
+        let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+        if self.fs.extra_flags() & SECURITY_CTX == 0 || ext_len > r.available_bytes() {
+            return Err(einval());
+        }
+        // Whatever lies between the arguments read and the extension is skipped.
+        let skip = r.available_bytes() - ext_len;
+        let mut sink = vec![0u8; skip.min(4096)];
+        let mut left = skip;
+        while left > 0 {
+            let n = left.min(sink.len());
+            std::io::Read::read_exact(r, &mut sink[..n])?;
+            left -= n;
+        }
+        let mut block = vec![0u8; ext_len];
+        std::io::Read::read_exact(r, &mut block)?;
+        secctx::parse(&block).map_err(|_| einval())
     }
 }
 

@@ -40,12 +40,29 @@ pub fn copy_file_range(
     if i64::try_from(off_in).is_err() || i64::try_from(off_out).is_err() {
         return Err(errno(libc::EINVAL));
     }
-    let len = len.min(MAX_COPY) as usize;
+    let (sin, sout) = (beneath::stat_fd(fin)?, beneath::stat_fd(fout)?);
+    let len = len.min(MAX_COPY);
+    // Overlapping ranges of one file: EINVAL, as the kernel answers (and the guest's own
+    // kernel checks before it asks). Copying forward would otherwise read its own output.
+    if (sin.st_dev, sin.st_ino) == (sout.st_dev, sout.st_ino)
+        && off_in < off_out.saturating_add(len)
+        && off_out < off_in.saturating_add(len)
+    {
+        return Err(errno(libc::EINVAL));
+    }
+    // Nothing past the source's end as it is now, whatever a concurrent writer appends.
+    let len = len.min(
+        u64::try_from(sin.st_size)
+            .unwrap_or(0)
+            .saturating_sub(off_in),
+    ) as usize;
+    if len == 0 {
+        return Ok(0);
+    }
     // As for WRITE with KILLPRIV_V2: a copy into a file with set-user/group-ID bits clears
     // them, as the host kernel does for a writer without CAP_FSETID.
-    let _killpriv = (fs.cfg.opts.killpriv_v2
-        && beneath::stat_fd(fout).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
-    .then(caps::without_fsetid);
+    let _killpriv =
+        (fs.cfg.opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode)).then(caps::without_fsetid);
     match crate::sys::file::copy_range(fin, off_in, fout, off_out, len) {
         Err(e)
             if matches!(

@@ -1,10 +1,17 @@
 //! MKDIR, MKNOD, SYMLINK and CREATE: the create policy picks the branch (by default the first RW
 //! branch where the parent directory exists), the entry is made there as the guest caller, and
 //! host device nodes can never be made.
+//!
+//! With POSIX ACLs the guest leaves the umask to the daemon (FUSE_DONT_MASK): the entry is made
+//! under the caller's umask (the worker's own, `sys::thread`), so the host applies the parent's
+//! default ACL where there is one and the umask where there is none, exactly as the guest's
+//! kernel would. With security labels, the context the guest sent (`fs::secctx`) is set on the
+//! entry under a hidden name, which then becomes the entry's name (RENAME_NOREPLACE): no other
+//! process sees the entry unlabelled.
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, OpenOptions};
 use fuse_backend_rs::api::filesystem::{Context, Entry};
@@ -15,9 +22,82 @@ use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::ops::open::{host_open_flags, open};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, Found};
+use crate::fs::secctx::{self, SecContext};
 use crate::fs::{errno, UnionFs};
-use crate::sys::beneath;
+use crate::sys::thread::UmaskGuard;
+use crate::sys::{beneath, creds};
 use crate::union::ErrnoFold;
+
+/// What a new entry gets beyond its mode: the caller's umask (POSIX ACLs only) and the
+/// security context the guest sent.
+pub struct NewEntry {
+    /// The guest caller's umask, applied by the host (None: none applies).
+    pub umask: Option<u32>,
+    /// The security context for the entry.
+    pub label: Option<SecContext>,
+}
+
+impl NewEntry {
+    /// Nothing beyond the mode (entries the daemon makes for its own reasons).
+    pub const PLAIN: NewEntry = NewEntry {
+        umask: None,
+        label: None,
+    };
+
+    /// For a request that brought `umask`: the umask if POSIX ACLs are on, and the request's
+    /// security context.
+    pub fn of_request(fs: &UnionFs, umask: u32) -> Self {
+        NewEntry {
+            umask: fs.negotiated.posix_acl().then_some(umask),
+            label: secctx::current(),
+        }
+    }
+}
+
+/// Makes an entry named `name` in `dir` with `make` (given the name to make it under), with
+/// `new`'s umask; a labelled entry is made under a hidden name, labelled with the daemon's
+/// ids (the guest's LSM chose the label, not the caller), and renamed into place.
+fn make_labelled<T>(
+    fs: &UnionFs,
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    new: &NewEntry,
+    mut make: impl FnMut(&CStr) -> io::Result<T>,
+) -> io::Result<T> {
+    let _umask = new.umask.map(UmaskGuard::new);
+    let Some(label) = &new.label else {
+        return make(name);
+    };
+    let xattr = crate::fs::ops::xattr::host_name(fs, &label.name, libc::EPERM)?;
+    let tmp = CString::new(format!(".uvfs.label.{:016x}", fastrand::u64(..))).expect("no NUL");
+    let made = make(&tmp)?;
+    let _daemon = creds::as_daemon();
+    let labelled = beneath::open_path(dir, &tmp).and_then(|p| {
+        rustix::fs::setxattr(
+            beneath::proc_path(p.as_fd()),
+            xattr.as_ref(),
+            &label.value,
+            rustix::fs::XattrFlags::empty(),
+        )?;
+        rustix::fs::renameat_with(dir, &tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE)?;
+        Ok(())
+    });
+    match labelled {
+        Ok(()) => Ok(made),
+        Err(e) => {
+            let is_dir = beneath::open_path(dir, &tmp)
+                .and_then(|p| beneath::stat_fd(p.as_fd()))
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+            let flags = if is_dir {
+                rustix::fs::AtFlags::REMOVEDIR
+            } else {
+                rustix::fs::AtFlags::empty()
+            };
+            let _ = rustix::fs::unlinkat(dir, &tmp, flags);
+            Err(e)
+        }
+    }
+}
 
 /// Validates the name and picks the branches: (path of the new entry, parent dir on each).
 fn prepare(
@@ -41,15 +121,18 @@ fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> 
     fs.entry_for(parent, name, rel, &f)
 }
 
-/// Makes the entry with `make` in each chosen parent directory, as the caller; the entry the
-/// guest gets is the one on the first branch where it was made.
+/// Makes the entry with `make` (given the parent and the name to use) in each chosen parent
+/// directory, as the caller; the entry the guest gets is the one on the first branch where it
+/// was made.
+#[allow(clippy::too_many_arguments)]
 fn make_on_each(
     fs: &UnionFs,
     ctx: &Context,
     func: Func,
     parent: u64,
     name: &CStr,
-    make: impl Fn(&Found) -> rustix::io::Result<()>,
+    new: &NewEntry,
+    make: impl Fn(&Found, &CStr) -> rustix::io::Result<()>,
 ) -> io::Result<Entry> {
     let (rel, targets) = prepare(fs, func, parent, name)?;
     let mut fold = ErrnoFold::new();
@@ -57,7 +140,9 @@ fn make_on_each(
     for dir in &targets {
         // Copy-on-write: a whiteout in the way goes; a directory made over one is opaque.
         let r = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
-            make(dir).map_err(io::Error::from)
+            make_labelled(fs, dir.fd.as_fd(), name, new, |n| {
+                make(dir, n).map_err(io::Error::from)
+            })
         });
         let over_whiteout = matches!(r, Ok((_, true)));
         let r = r.map(|(made, _)| made);
@@ -80,10 +165,11 @@ pub fn mkdir(
     parent: u64,
     name: &CStr,
     mode: u32,
+    new: &NewEntry,
 ) -> io::Result<Entry> {
     let mode = Mode::from_raw_mode(mode & 0o7777);
-    make_on_each(fs, ctx, Func::Mkdir, parent, name, |d| {
-        rustix::fs::mkdirat(&d.fd, name, mode)
+    make_on_each(fs, ctx, Func::Mkdir, parent, name, new, |d, n| {
+        rustix::fs::mkdirat(&d.fd, n, mode)
     })
 }
 
@@ -94,12 +180,13 @@ pub fn symlink(
     target: &CStr,
     parent: u64,
     name: &CStr,
+    new: &NewEntry,
 ) -> io::Result<Entry> {
     if target.is_empty() || target.to_bytes().len() >= libc::PATH_MAX as usize {
         return Err(errno(libc::EINVAL));
     }
-    make_on_each(fs, ctx, Func::Symlink, parent, name, |d| {
-        rustix::fs::symlinkat(target, &d.fd, name)
+    make_on_each(fs, ctx, Func::Symlink, parent, name, new, |d, n| {
+        rustix::fs::symlinkat(target, &d.fd, n)
     })
 }
 
@@ -113,6 +200,7 @@ pub fn mknod(
     name: &CStr,
     mode: u32,
     rdev: u32,
+    new: &NewEntry,
 ) -> io::Result<Entry> {
     let ftype = match mode & libc::S_IFMT {
         0 | libc::S_IFREG => FileType::RegularFile,
@@ -123,8 +211,8 @@ pub fn mknod(
         _ => return Err(errno(libc::EINVAL)),
     };
     let perm = Mode::from_raw_mode(mode & 0o7777);
-    make_on_each(fs, ctx, Func::Mknod, parent, name, |d| {
-        rustix::fs::mknodat(&d.fd, name, ftype, perm, u64::from(rdev))
+    make_on_each(fs, ctx, Func::Mknod, parent, name, new, |d, n| {
+        rustix::fs::mknodat(&d.fd, n, ftype, perm, u64::from(rdev))
     })
 }
 
@@ -138,6 +226,7 @@ pub fn create(
     args: CreateIn,
 ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
     let flags = host_open_flags(fs, args.flags);
+    let new = NewEntry::of_request(fs, args.umask);
     let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
         Err(e)
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
@@ -158,12 +247,14 @@ pub fn create(
     };
     fs.check_handle_room()?;
     let (fd, _) = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
-        beneath::open_beneath(
-            dir.fd.as_fd(),
-            name,
-            flags | OFlags::CREATE | OFlags::EXCL,
-            Mode::from_raw_mode(args.mode & 0o7777),
-        )
+        make_labelled(fs, dir.fd.as_fd(), name, &new, |n| {
+            beneath::open_beneath(
+                dir.fd.as_fd(),
+                n,
+                flags | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(args.mode & 0o7777),
+            )
+        })
     })?;
     let st = beneath::stat_fd(fd.as_fd())?;
     // The node keeps an O_PATH descriptor of the new file, not the open one.
@@ -199,13 +290,25 @@ pub fn tmpfile(
     let parent_rel = fs.inodes.path(parent)?;
     let dir = fs.create_targets(Func::Create, &parent_rel)?.swap_remove(0);
     fs.check_handle_room()?;
+    let new = NewEntry::of_request(fs, args.umask);
     let fd = fs.as_caller(ctx, &[dir.fd.as_fd()], &[], Groups::OnRefusal, || {
+        let _umask = new.umask.map(UmaskGuard::new);
         beneath::open_tmpfile(
             dir.fd.as_fd(),
             flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::TRUNC),
             Mode::from_raw_mode(args.mode & 0o7777),
         )
     })?;
+    // Unnamed, so unseen: labelled in place.
+    if let Some(label) = &new.label {
+        let xattr = crate::fs::ops::xattr::host_name(fs, &label.name, libc::EPERM)?;
+        rustix::fs::fsetxattr(
+            &fd,
+            xattr.as_ref(),
+            &label.value,
+            rustix::fs::XattrFlags::empty(),
+        )?;
+    }
     let st = beneath::stat_fd(fd.as_fd())?;
     let node_fd = beneath::reopen_path(fd.as_fd())?;
     let inode = fs.inodes.insert_unnamed(

@@ -128,7 +128,14 @@ fn exdev(
         LinkExdev::AbsPoolSymlink => fs.pool_path(old_rel.to_bytes()),
     };
     let target = CString::new(target).expect("no NUL");
-    let mut e = crate::fs::ops::create::symlink(fs, ctx, &target, newparent, newname)?;
+    let mut e = crate::fs::ops::create::symlink(
+        fs,
+        ctx,
+        &target,
+        newparent,
+        newname,
+        &crate::fs::ops::create::NewEntry::PLAIN,
+    )?;
     // Answer with the source's attributes, uncached, so the guest's link(2) sees a hard link
     // now and the symlink on its next lookup.
     e.attr = fs.union_attr(fs.search(Func::Getattr, old_rel)?.st, old_rel.to_bytes());

@@ -281,7 +281,14 @@ fn exdev(fs: &UnionFs, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> 
     };
     let parked = park(fs, n)?;
     let target = CString::new(target).expect("no NUL");
-    match crate::fs::ops::create::symlink(fs, ctx, &target, newdir, n.newname) {
+    match crate::fs::ops::create::symlink(
+        fs,
+        ctx,
+        &target,
+        newdir,
+        n.newname,
+        &crate::fs::ops::create::NewEntry::PLAIN,
+    ) {
         Ok(e) => {
             fs.inodes.forget(e.inode, 1);
             Ok(())

@@ -22,6 +22,7 @@ use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
 use crate::fs::xattrmap::ClientName;
 use crate::fs::{errno, UnionFs};
+use crate::sys::abi::fuse::SETXATTR_ACL_KILL_SGID;
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
 
@@ -49,7 +50,11 @@ fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
 /// The host name of the guest's `name` under `--xattrmap` (the same name without one), or
 /// the errno it is refused with: `refused` for a `bad` rule (virtiofsd answers EPERM, but
 /// ENODATA to a read), ENOTSUP for an `unsupported` one.
-fn host_name<'a>(fs: &UnionFs, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
+pub(crate) fn host_name<'a>(
+    fs: &UnionFs,
+    name: &'a CStr,
+    refused: i32,
+) -> io::Result<Cow<'a, CStr>> {
     let Some(map) = &fs.cfg.opts.xattrmap else {
         return Ok(Cow::Borrowed(name));
     };
@@ -122,37 +127,46 @@ fn each_copy(
     func: Func,
     inode: u64,
     name: &CStr,
-    op: impl Fn(&str, &CStr) -> io::Result<()>,
+    groups: Groups,
+    op: impl Fn(&Found, &str, &CStr) -> io::Result<()>,
 ) -> io::Result<()> {
     mode_answer(fs, libc::ENOTSUP)?;
     let name = host_name(fs, name, libc::EPERM)?;
     // A map that leads a guest name to an ACL name on the host is refused as the guest's
     // ACL names are (see `refuse_acl`).
-    refuse_acl(&name)?;
+    refuse_acl(fs, &name)?;
     let rel = fs.inodes.path(inode)?;
     let mut fold = ErrnoFold::new();
     for f in fs.action(func, &rel)? {
-        fold.add(&target(&f).and_then(|p| {
-            fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
-                op(&p, &name)
-            })
-        }));
+        fold.add(
+            &target(&f).and_then(|p| {
+                fs.as_caller(ctx, &[f.fd.as_fd()], &[], groups, || op(&f, &p, &name))
+            }),
+        );
     }
     fold.result_all()
 }
 
-/// POSIX ACLs are not offered (FUSE_POSIX_ACL is never negotiated, so the guest kernel checks
-/// mode bits only and refuses ACL xattrs itself). A guest that sends them anyway is refused
-/// too: set with the daemon's credentials they would skip the kernel's clearing of
-/// set-group-ID for a caller outside the file's group.
-fn refuse_acl(name: &CStr) -> io::Result<()> {
-    if name.to_bytes().starts_with(b"system.posix_acl_") {
+/// Whether `name` is one of the two POSIX ACL names.
+fn is_acl(name: &CStr) -> bool {
+    name.to_bytes().starts_with(b"system.posix_acl_")
+}
+
+/// Without `--posix-acl` (or a guest that did not take it), ACLs are not offered: the guest
+/// kernel checks mode bits only and refuses ACL xattrs itself, and one that sends them anyway
+/// is refused too (set without the guest's word on set-group-ID, the host could keep a bit
+/// the guest's kernel would have cleared).
+fn refuse_acl(fs: &UnionFs, name: &CStr) -> io::Result<()> {
+    if is_acl(name) && !fs.negotiated.posix_acl() {
         return Err(errno(libc::EOPNOTSUPP));
     }
     Ok(())
 }
 
-/// Sets `name` on every writable copy.
+/// Sets `name` on every writable copy. With POSIX ACLs, an access ACL is set as the caller
+/// with the file's group among the caller's groups (so the host keeps set-group-ID, as it
+/// would for a member), and set-group-ID is then cleared where the guest's kernel says a
+/// caller outside the group set it (`FUSE_SETXATTR_ACL_KILL_SGID`).
 pub fn setxattr(
     fs: &UnionFs,
     ctx: &Context,
@@ -160,18 +174,48 @@ pub fn setxattr(
     name: &CStr,
     value: &[u8],
     flags: u32,
+    setxattr_flags: u32,
 ) -> io::Result<()> {
-    refuse_acl(name)?;
+    refuse_acl(fs, name)?;
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
-    each_copy(fs, ctx, Func::Setxattr, inode, name, |p, name| {
-        Ok(rustix::fs::setxattr(p, name, value, flags)?)
-    })
+    let access_acl = name.to_bytes() == b"system.posix_acl_access";
+    let kill_sgid = access_acl && setxattr_flags & SETXATTR_ACL_KILL_SGID != 0;
+    let groups = if access_acl {
+        Groups::Always
+    } else {
+        Groups::OnRefusal
+    };
+    each_copy(
+        fs,
+        ctx,
+        Func::Setxattr,
+        inode,
+        name,
+        groups,
+        |f, p, name| {
+            rustix::fs::setxattr(p, name, value, flags)?;
+            if kill_sgid {
+                let mode = beneath::stat_fd(f.fd.as_fd())?.st_mode;
+                if mode & libc::S_ISGID != 0 {
+                    let m = rustix::fs::Mode::from_raw_mode(mode & 0o7777 & !libc::S_ISGID);
+                    rustix::fs::chmod(p, m)?;
+                }
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Removes `name` from every writable copy.
 pub fn removexattr(fs: &UnionFs, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
-    refuse_acl(name)?;
-    each_copy(fs, ctx, Func::Removexattr, inode, name, |p, name| {
-        Ok(rustix::fs::removexattr(p, name)?)
-    })
+    refuse_acl(fs, name)?;
+    each_copy(
+        fs,
+        ctx,
+        Func::Removexattr,
+        inode,
+        name,
+        Groups::OnRefusal,
+        |_, p, name| Ok(rustix::fs::removexattr(p, name)?),
+    )
 }

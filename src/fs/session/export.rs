@@ -64,6 +64,9 @@ impl UnionFs {
             copied_up,
             writeback: self.writeback_active(),
             submounts: self.submounts_active(),
+            posix_acl: self.negotiated.posix_acl(),
+            security_ctx: self.negotiated.security_ctx(),
+            idmap: self.negotiated.idmap(),
         }
     }
 

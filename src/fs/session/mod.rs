@@ -218,6 +218,15 @@ pub struct SessionImage {
     pub writeback: bool,
     /// Mount points are announced to the guest (FUSE_ATTR_SUBMOUNT).
     pub submounts: bool,
+    /// POSIX ACLs were negotiated (the umask comes with each create).
+    #[serde(default)]
+    pub posix_acl: bool,
+    /// Security contexts come with each create (FUSE_SECURITY_CTX).
+    #[serde(default)]
+    pub security_ctx: bool,
+    /// Idmapped mounts are allowed (FUSE_ALLOW_IDMAP).
+    #[serde(default)]
+    pub idmap: bool,
 }
 
 /// What the vhost layer needs of a filesystem to move its session to another daemon. The
