@@ -4,7 +4,8 @@
 # coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs) and stat (statx), xfs_io
 # (statx), e2fsprogs' chattr and lsattr (inode flags), attr's getfattr and setfattr and acl's
 # getfacl and setfacl, with the shared libraries they
-# load, and the project's examples/guest_lock (fcntl record locks). In the guest they are
+# load, and the project's examples/guest_lock (fcntl record locks) and examples/guest_idmap
+# (idmapped mounts, running a command as a bare uid/gid). In the guest they are
 # under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
 #   scripts/build-tools-initrd.sh stress
@@ -39,10 +40,13 @@ elif [ "${1:-}" = fsx ]; then
     [ "$UVFS_ROOT/qemu/fsx-all.toml" -nt "$out" ] && rm -f "$out"
 else
     out="$UVFS_GUEST_CACHE/tools.cpio"
-    # fcntl record locks: the project's examples/guest_lock.rs.
-    cargo build --quiet --example guest_lock --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
-    newest="$UVFS_ROOT/target/debug/examples/guest_lock"
-    progs=("$newest" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
+    # fcntl record locks and idmapped mounts: the project's examples/guest_lock.rs and
+    # examples/guest_idmap.rs.
+    cargo build --quiet --example guest_lock --example guest_idmap \
+        --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
+    examples="$UVFS_ROOT/target/debug/examples"
+    newest=$(ls -t "$examples/guest_lock" "$examples/guest_idmap" | head -1)
+    progs=("$examples/guest_lock" "$examples/guest_idmap" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
         /usr/bin/getfattr /usr/bin/setfattr /usr/bin/getfacl /usr/bin/setfacl)
 fi
 for p in "${progs[@]}"; do

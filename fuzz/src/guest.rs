@@ -253,11 +253,12 @@ impl Harness {
         let mut s = Settings::default();
         s.apply_list(OPTION_SETS[opts as usize % OPTION_SETS.len()])
             .expect("option set");
-        // virtiofsd's --posix-acl and --security-label (command-line flags, not -o keys):
+        // --posix-acl, --security-label and --allow-idmap (command-line flags, not -o keys):
         // on for every other option set, taken when the INIT offers them.
         if opts & 0x80 != 0 {
             s.opts.posix_acl = Negotiate::Auto;
             s.opts.security_label = Negotiate::Auto;
+            s.opts.allow_idmap = true;
         }
         let branches = env
             .branches()

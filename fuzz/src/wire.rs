@@ -216,7 +216,11 @@ impl State {
     pub fn request(&mut self, input: &mut Input<'_>) -> Request {
         let mut opcode = OPS[input.u8() as usize % OPS.len()];
         let who = input.u8();
-        let (uid, gid) = if who < 0x80 {
+        // 0xff: no caller (uid and gid -1), as a guest that took FUSE_ALLOW_IDMAP sends for
+        // requests that create nothing.
+        let (uid, gid) = if who == 0xff {
+            (u32::MAX, u32::MAX)
+        } else if who < 0x80 {
             (0, 0)
         } else {
             (1000 + u32::from(who & 3), 1000 + u32::from((who >> 2) & 3))

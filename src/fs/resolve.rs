@@ -112,7 +112,7 @@ impl Probe for OpeningProbe<'_> {
         })
     }
 
-    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i128> {
+    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i64> {
         let st = if rel == self.rel.to_bytes() && self.exists(branch, rel) {
             self.cache.borrow()[branch].as_ref()?.as_ref()?.st
         } else {
@@ -120,7 +120,7 @@ impl Probe for OpeningProbe<'_> {
             let fd = self.note(present(self.fs.open_on(branch, &r)))?;
             beneath::stat_fd(fd.as_fd()).ok()?
         };
-        Some(i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec))
+        Some(st.st_mtime)
     }
 
     fn random(&self, bound: u64) -> u64 {

@@ -80,8 +80,9 @@ pub trait Probe {
     fn exists(&self, branch: usize, rel: &[u8]) -> bool;
     /// Space on `branch`'s filesystem; `None` if it cannot be read.
     fn space(&self, branch: usize) -> Option<Space>;
-    /// Modification time of `rel` on `branch` in nanoseconds, if it exists.
-    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i128>;
+    /// Modification time of `rel` on `branch` in whole seconds (`st_mtime`, the resolution
+    /// mergerfs compares), if it exists.
+    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i64>;
     /// A uniformly distributed number in `0..bound` (`bound` > 0).
     fn random(&self, bound: u64) -> u64;
 }

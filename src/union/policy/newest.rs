@@ -1,4 +1,6 @@
-//! `newest`: newest: of the qualifying branches holding the path, the one where it has the latest mtime (for create, the parent directory's).
+//! `newest`: of the qualifying branches holding the path, the one where it has the latest
+//! mtime (for create, the parent directory's). As mergerfs: mtimes are compared in whole
+//! seconds, and of branches that tie the last wins (mergerfs skips only a strictly older one).
 
 use super::common::{self, Path};
 use super::{BranchInfo, Category, Probe};
@@ -11,10 +13,10 @@ pub fn select(
     probe: &dyn Probe,
 ) -> Result<Vec<usize>, i32> {
     let (cands, fold) = common::filter(cat, branches, rel, probe, Path::Existing, false);
-    let mut best: Option<(i128, usize)> = None;
+    let mut best: Option<(i64, usize)> = None;
     for c in &cands {
-        let t = probe.mtime(c.idx, rel).unwrap_or(i128::MIN);
-        if best.is_none_or(|(bt, _)| t > bt) {
+        let t = probe.mtime(c.idx, rel).unwrap_or(i64::MIN);
+        if best.is_none_or(|(bt, _)| t >= bt) {
             best = Some((t, c.idx));
         }
     }

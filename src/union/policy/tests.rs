@@ -12,7 +12,7 @@ const G: u64 = 1 << 30;
 struct Fake {
     paths: Vec<Vec<&'static str>>,
     space: Vec<(u64, u64)>,
-    mtimes: Vec<(usize, &'static str, i128)>,
+    mtimes: Vec<(usize, &'static str, i64)>,
     /// The next value `random` returns (before reduction modulo the bound).
     rand: Cell<u64>,
 }
@@ -29,7 +29,7 @@ impl Probe for Fake {
             readonly: false,
         })
     }
-    fn mtime(&self, b: usize, rel: &[u8]) -> Option<i128> {
+    fn mtime(&self, b: usize, rel: &[u8]) -> Option<i64> {
         self.mtimes
             .iter()
             .find(|(x, p, _)| *x == b && p.as_bytes() == rel)
@@ -106,6 +106,20 @@ fn create_policies_pick_by_space() {
     assert_eq!(sel("epall", C, &b, "d", &f), Ok(vec![1, 2]));
     assert_eq!(sel("newest", C, &b, "d", &f), Ok(vec![2]));
     assert_eq!(sel("erofs", C, &b, "d", &f), Err(libc::EROFS));
+}
+
+#[test]
+fn newest_ties_go_to_the_last_branch_as_in_mergerfs() {
+    let mut f = four();
+    f.paths = vec![vec![".", "d"]; 4];
+    f.mtimes = vec![(0, "d", 7), (1, "d", 9), (2, "d", 9), (3, "d", 8)];
+    let b = br(&[RW, RW, RW, RW]);
+    for cat in [Category::Create, Category::Action, Category::Search] {
+        assert_eq!(sel("newest", cat, &b, "d", &f), Ok(vec![2]), "{cat:?}");
+    }
+    // A tied branch that does not qualify (read-only, for create) is passed over.
+    let b = br(&[RW, RW, RO, RW]);
+    assert_eq!(sel("newest", Category::Create, &b, "d", &f), Ok(vec![1]));
 }
 
 #[test]
