@@ -13,6 +13,8 @@
 
 #[path = "../tests/support/guest.rs"]
 mod guest;
+#[path = "../tests/support/tree.rs"]
+mod tree;
 #[path = "../tests/support/union_case.rs"]
 mod union_case;
 

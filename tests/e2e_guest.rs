@@ -7,6 +7,8 @@
 mod guest;
 #[path = "support/tmpfs.rs"]
 mod tmpfs;
+#[path = "support/tree.rs"]
+mod tree;
 #[path = "support/union_case.rs"]
 mod union_case;
 

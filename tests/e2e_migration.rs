@@ -20,9 +20,11 @@ mod hostlocks;
 mod migrate;
 #[path = "support/tmpfs.rs"]
 mod tmpfs;
+#[path = "support/tree.rs"]
+mod tree;
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -704,26 +706,6 @@ struct CowView {
     dest_holds_upper: bool,
 }
 
-/// Every entry beneath `dir` (relative path, file contents or `None` for a directory), sorted.
-fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_owned()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap().to_owned();
-            if e.file_type().unwrap().is_dir() {
-                out.push((rel, None));
-                todo.push(p);
-            } else {
-                out.push((rel, Some(std::fs::read(&p).unwrap())));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Copy-on-write layers (`-o cow=true`: an RW upper branch over an RO lower one) across a
 /// migration. Before it the guest opens base.txt, a lower-branch file, for appending (which
 /// copies it up) and writes through the descriptor, holds late.txt (lower only) open for
@@ -741,7 +723,7 @@ fn migrates_a_copied_up_file_with_cow() {
     std::fs::write(lower.join("base.txt"), "base\n").unwrap();
     std::fs::write(lower.join("late.txt"), "late\n").unwrap();
     std::fs::write(lower.join("ldir/l.txt"), "l\n").unwrap();
-    let lower_tree = tree(&lower);
+    let lower_tree = tree::snapshot(&lower);
     let backend = Backend::union(
         &[(&upper, guest::Mode::Rw), (&lower, guest::Mode::Ro)],
         &["-o", "cow=true,minfreespace=1M"],
@@ -831,7 +813,11 @@ section ls ls -1 .
         Some(&["l.txt", "rel.txt"].map(str::to_owned)[..]),
         "{t}"
     );
-    assert_eq!(tree(&lower), lower_tree, "the lower branch changed: {t}");
+    assert_eq!(
+        tree::snapshot(&lower),
+        lower_tree,
+        "the lower branch changed: {t}"
+    );
 }
 
 #[test]

@@ -8,6 +8,8 @@
 mod guest;
 #[path = "support/tmpfs.rs"]
 mod tmpfs;
+#[path = "support/tree.rs"]
+mod tree;
 
 use std::time::Duration;
 
@@ -58,8 +60,8 @@ fn a_guest_copies_a_tree_far_larger_than_the_open_file_limit() {
     run.assert_success();
     assert!(run.console.contains("copied: 2500"), "{}", run.transcript());
     assert_eq!(
-        guest::snapshot(&t.path().join("copy")),
-        guest::snapshot(&t.path().join("tree")),
+        tree::snapshot(&t.path().join("copy")),
+        tree::snapshot(&t.path().join("tree")),
         "the copy differs"
     );
     assert!(

@@ -14,6 +14,8 @@
 mod fsharness;
 #[path = "support/guest.rs"]
 mod guest;
+#[path = "support/tree.rs"]
+mod tree;
 
 use std::path::Path;
 use std::process::Command;
@@ -115,17 +117,9 @@ fn branch(host: &[(&str, &str)]) -> Tmpfs {
 
 /// `name=value` for every xattr of `path` on the host, sorted.
 fn host_xattrs(path: &Path) -> Vec<String> {
-    let mut buf = vec![0u8; 65536];
-    let n = rustix::fs::listxattr(path, &mut buf[..]).unwrap();
-    let mut out: Vec<String> = buf[..n]
-        .split(|b| *b == 0)
-        .filter(|n| !n.is_empty())
-        .map(|name| {
-            let name = std::str::from_utf8(name).unwrap();
-            let mut v = vec![0u8; 65536];
-            let m = rustix::fs::getxattr(path, name, &mut v[..]).unwrap();
-            format!("{name}={}", String::from_utf8_lossy(&v[..m]))
-        })
+    let mut out: Vec<String> = tree::xattrs(path, &[""])
+        .into_iter()
+        .map(|(name, v)| format!("{name}={}", String::from_utf8_lossy(&v)))
         .collect();
     out.sort();
     out
@@ -245,78 +239,49 @@ fn check_selinux(seen: &Seen, dir: &Path) {
     );
 }
 
-#[test]
-fn prefix_map_renames_refuses_and_hides_as_virtiofsd() {
-    let ours = branch(&PREFIX_HOST);
-    let seen = run(
-        &Backend::union(
-            &[(ours.path(), Mode::Rw)],
-            &["-o", "minfreespace=1M", "--xattrmap", PREFIX_MAP],
-        ),
-        PREFIX_SCENARIO,
-    );
-    check_prefix(&seen, ours.path());
+/// Runs `scenario` under union-virtiofsd and then under virtiofsd 1.14, each on a fresh
+/// branch whose `pre` holds `host`'s xattrs and each started with the same `map` arguments:
+/// `check` must pass on both, and both transcripts must be the same.
+fn same_as_virtiofsd(host: &[(&str, &str)], map: &[&str], scenario: &str, check: fn(&Seen, &Path)) {
+    let ours = branch(host);
+    let args = [&["-o", "minfreespace=1M"][..], map].concat();
+    let seen = run(&Backend::union(&[(ours.path(), Mode::Rw)], &args), scenario);
+    check(&seen, ours.path());
 
-    let theirs = branch(&PREFIX_HOST);
-    let dir = theirs.path().to_str().unwrap().to_owned();
+    let theirs = branch(host);
+    let dir = theirs.path().to_str().unwrap();
+    let args = [
+        &["--socket-path", "{socket}", "--shared-dir", dir, "--xattr"][..],
+        map,
+    ]
+    .concat();
     let reference = run(
-        &Backend::command(
-            guest::virtiofsd_binary(),
-            &[
-                "--socket-path",
-                "{socket}",
-                "--shared-dir",
-                &dir,
-                "--xattr",
-                "--xattrmap",
-                PREFIX_MAP,
-            ],
-        ),
-        PREFIX_SCENARIO,
+        &Backend::command(guest::virtiofsd_binary(), &args),
+        scenario,
     );
     assert_eq!(seen, reference, "virtiofsd 1.14 answered otherwise");
-    check_prefix(&reference, theirs.path());
+    check(&reference, theirs.path());
+}
+
+#[test]
+fn prefix_map_renames_refuses_and_hides_as_virtiofsd() {
+    same_as_virtiofsd(
+        &PREFIX_HOST,
+        &["--xattrmap", PREFIX_MAP],
+        PREFIX_SCENARIO,
+        check_prefix,
+    );
 }
 
 #[test]
 fn selinux_map_from_the_legacy_option_as_virtiofsd() {
     let legacy = format!("xattrmap={SELINUX_MAP}");
-    let ours = branch(&SELINUX_HOST);
-    let seen = run(
-        &Backend::union(
-            &[(ours.path(), Mode::Rw)],
-            &[
-                "-o",
-                "minfreespace=1M",
-                "-o",
-                &legacy,
-                "--modcaps=+sys_admin",
-            ],
-        ),
+    same_as_virtiofsd(
+        &SELINUX_HOST,
+        &["-o", &legacy, "--modcaps=+sys_admin"],
         SELINUX_SCENARIO,
+        check_selinux,
     );
-    check_selinux(&seen, ours.path());
-
-    let theirs = branch(&SELINUX_HOST);
-    let dir = theirs.path().to_str().unwrap().to_owned();
-    let reference = run(
-        &Backend::command(
-            guest::virtiofsd_binary(),
-            &[
-                "--socket-path",
-                "{socket}",
-                "--shared-dir",
-                &dir,
-                "--xattr",
-                "-o",
-                &legacy,
-                "--modcaps=+sys_admin",
-            ],
-        ),
-        SELINUX_SCENARIO,
-    );
-    assert_eq!(seen, reference, "virtiofsd 1.14 answered otherwise");
-    check_selinux(&reference, theirs.path());
 }
 
 /// Maps both daemons accept, and maps both refuse (virtiofsd's own test cases among them).

@@ -9,51 +9,21 @@
 
 #[path = "support/fsharness.rs"]
 mod fsharness;
+#[path = "support/tree.rs"]
+mod tree;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use fsharness::{c, chmod_as, create_file, ctx, errno_of, read_file, union_with, walk, Tmpfs};
 use fuse_backend_rs::api::filesystem::FileSystem;
+use tree::{snapshot, Kind, Node, Tree};
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
-/// Every path under `root` with its kind, mode and content (symlink target for symlinks).
-fn tree(root: &Path) -> BTreeMap<String, (String, u32, Vec<u8>)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let m = fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let ft = m.file_type();
-            let (kind, data) = if ft.is_dir() {
-                stack.push(p.clone());
-                ("dir", Vec::new())
-            } else if ft.is_symlink() {
-                (
-                    "symlink",
-                    fs::read_link(&p)
-                        .unwrap()
-                        .into_os_string()
-                        .into_encoded_bytes(),
-                )
-            } else if ft.is_char_device() {
-                ("chardev", m.rdev().to_le_bytes().to_vec())
-            } else {
-                ("file", fs::read(&p).unwrap())
-            };
-            out.insert(rel, (kind.to_owned(), m.mode() & 0o7777, data));
-        }
-    }
-    out
-}
-
 /// The union's tree as the guest would list it (through lookup, readdir and read).
-fn union_tree(fs: &UnionFs) -> BTreeMap<String, (String, u32, Vec<u8>)> {
-    let mut out = BTreeMap::new();
+fn union_tree(fs: &UnionFs) -> Tree {
+    let mut out = Tree::new();
     let mut stack = vec![(ROOT_ID, String::new())];
     while let Some((inode, prefix)) = stack.pop() {
         for name in names(fs, inode) {
@@ -67,12 +37,12 @@ fn union_tree(fs: &UnionFs) -> BTreeMap<String, (String, u32, Vec<u8>)> {
             let (kind, data) = match mode & libc::S_IFMT {
                 libc::S_IFDIR => {
                     stack.push((e.inode, rel.clone()));
-                    ("dir", Vec::new())
+                    (Kind::Dir, Vec::new())
                 }
-                libc::S_IFLNK => ("symlink", fs.readlink(&ctx(), e.inode).unwrap()),
-                _ => ("file", read_file(fs, e.inode).unwrap()),
+                libc::S_IFLNK => (Kind::Symlink, fs.readlink(&ctx(), e.inode).unwrap()),
+                _ => (Kind::File, read_file(fs, e.inode).unwrap()),
             };
-            out.insert(rel, (kind.to_owned(), mode & 0o7777, data));
+            out.insert(rel, Node::new(kind, mode, data));
         }
     }
     out
@@ -107,7 +77,7 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     fs::write(b.join("tree/top"), "t").unwrap();
     fs::write(b.join("hard1"), "linked").unwrap();
     fs::hard_link(b.join("hard1"), b.join("hard2")).unwrap();
-    let before = tree(b);
+    let before = snapshot(b);
     let upper = top.path().join("upper");
     let work = top.path().join("work");
     fs::create_dir(&upper).unwrap();
@@ -226,7 +196,7 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
     assert_eq!(read_file(&u, leaf.inode).unwrap(), b"leaf");
 
     // The base is byte-for-byte unchanged.
-    assert_eq!(tree(b), before);
+    assert_eq!(snapshot(b), before);
     // The upper layer is in overlayfs's format.
     let wh = fs::symlink_metadata(upper.join("etc/gone")).unwrap();
     assert!(
@@ -258,12 +228,12 @@ fn copy_up_whiteouts_and_opaque_directories_match_the_kernels_overlayfs() {
         .unwrap()
         .success();
     assert!(ok, "mount overlayfs");
-    let theirs = tree(mnt.path());
+    let theirs = snapshot(mnt.path());
     let _ = std::process::Command::new("umount")
         .arg(mnt.path())
         .status();
     assert_eq!(seen, theirs);
-    assert_eq!(seen["passwd.moved"].2, b"root:x:0:0\nu:x:1000:1000\n");
+    assert_eq!(seen["passwd.moved"].data, b"root:x:0:0\nu:x:1000:1000\n");
     assert!(!seen.contains_key("etc/gone") && !seen.contains_key("dir/sub"));
     assert!(seen.contains_key("tree.moved/a/b/leaf") && !seen.contains_key("tree"));
 }
@@ -427,24 +397,12 @@ fn make_base(b: &Path) {
 
 /// The upper layer as overlayfs defines it: entries, their kinds, modes and contents,
 /// whiteouts, and which directories are opaque.
-fn upper_tree(root: &Path) -> BTreeMap<String, (String, u32, Vec<u8>)> {
-    tree(root)
-        .into_iter()
-        .map(|(k, (kind, mode, data))| {
-            if kind == "dir" {
-                let mut v = [0u8; 4];
-                let opaque =
-                    rustix::fs::getxattr(root.join(&k), c"trusted.overlay.opaque", &mut v[..])
-                        .is_ok_and(|n| &v[..n] == b"y");
-                (
-                    k,
-                    (if opaque { "opaque-dir".into() } else { kind }, mode, data),
-                )
-            } else {
-                (k, (kind, mode, data))
-            }
-        })
-        .collect()
+fn upper_tree(root: &Path) -> Tree {
+    tree::Walk {
+        xattrs: &["trusted.overlay.opaque"],
+        ..tree::Walk::default()
+    }
+    .snapshot(root)
 }
 
 #[test]
@@ -518,7 +476,7 @@ fn the_same_changes_give_the_same_answers_and_upper_layer_as_overlayfs() {
     }
     assert_eq!(upper_tree(&upper), upper_tree(&t.join("ovl-upper")));
     // Neither touched its base.
-    assert_eq!(tree(lower_a.path()), tree(lower_b.path()));
+    assert_eq!(snapshot(lower_a.path()), snapshot(lower_b.path()));
 }
 
 /// A directory made deep in the base clones its parents onto the upper layer; when the guest

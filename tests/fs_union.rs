@@ -4,6 +4,8 @@
 
 #[path = "support/fsharness.rs"]
 mod fsharness;
+#[path = "support/tree.rs"]
+mod tree;
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -13,6 +15,7 @@ use fsharness::*;
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, SetattrValid};
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry, FileSystem};
 use tempfile::TempDir;
+use tree::snapshot;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 struct Fixture {
@@ -34,32 +37,6 @@ fn fixture() -> Fixture {
     fs::write(b.path().join("ro_only.txt"), "ro").unwrap();
     let fs = union(&[(a.path(), "RW"), (b.path(), "RO")]);
     Fixture { a, b, fs }
-}
-
-fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in walkdir(dir) {
-        let data = if e.is_file() {
-            fs::read(&e).unwrap()
-        } else {
-            Vec::new()
-        };
-        out.push((e.strip_prefix(dir).unwrap().display().to_string(), data));
-    }
-    out.sort();
-    out
-}
-
-fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() && !p.is_symlink() {
-            out.extend(walkdir(&p));
-        }
-        out.push(p);
-    }
-    out
 }
 
 #[test]

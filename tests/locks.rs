@@ -17,6 +17,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use daemon::Daemon;
+use hostlocks::posix_lock;
 use vufs_frontend::fuse_abi::{FileLock, LkOut};
 use vufs_frontend::{ops, Device, REQUEST_QUEUE};
 
@@ -72,22 +73,6 @@ fn host_file(d: &Daemon) -> std::fs::File {
         .write(true)
         .open(d.branches[0].join("f"))
         .unwrap()
-}
-
-/// A classic POSIX lock (F_SETLK) taken by this test process on `file`: what any host
-/// program holds.
-fn host_lock(file: &std::fs::File, kind: i32, start: i64, len: i64) -> std::io::Result<()> {
-    // SAFETY: a zeroed flock is valid; the fields are set before the call.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = start;
-    fl.l_len = len;
-    // SAFETY: a valid descriptor and a valid flock pointer.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[test]
@@ -172,9 +157,8 @@ fn guest_locks_and_host_locks_see_each_other() {
     let (node, fh) = open_rw(&mut dev, b"f");
     // Guest holds 0..=9: a host process cannot lock it, and sees it with F_GETLK.
     setlk(&mut dev, node, fh, 1, ops::file_lock(0, 9, libc::F_WRLCK)).unwrap();
-    let e = host_lock(&file, libc::F_RDLCK, 5, 1).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-    host_lock(&file, libc::F_WRLCK, 10, 10).unwrap();
+    assert_eq!(posix_lock(&file, libc::F_RDLCK, 5, 1), Err(libc::EAGAIN));
+    posix_lock(&file, libc::F_WRLCK, 10, 10).unwrap();
     // Host holds 10..=19: the guest gets EAGAIN there, and GETLK reports it (pid 0).
     assert_eq!(
         setlk(&mut dev, node, fh, 1, ops::file_lock(15, 15, libc::F_RDLCK)),
@@ -225,7 +209,7 @@ fn setlkw_waits_for_the_holder_and_flush_releases_an_owners_locks() {
 fn an_interrupt_ends_a_waiting_setlkw_with_eintr() {
     let d = daemon_with_file();
     let file = host_file(&d);
-    host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
+    posix_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
     let mut dev = d.session();
     let (node, fh) = open_rw(&mut dev, b"f");
     for flock_kind in [false, true] {
@@ -365,7 +349,7 @@ fn waits_end_after_their_bounds() {
     assert_eq!(waited(&mut dev, t), -libc::EDEADLK);
     unlock_all(&mut dev, node, fh, 1);
     // A host process's POSIX lock: the same.
-    host_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
+    posix_lock(&file, libc::F_WRLCK, 0, 0).unwrap();
     let t = setlkw(&mut dev, node, fh, 2, all());
     assert_eq!(waited(&mut dev, t), -libc::EDEADLK);
     // A host process's flock: ENOLCK after lock-wait-external.

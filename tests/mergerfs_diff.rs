@@ -11,6 +11,8 @@
 mod fsharness;
 #[path = "support/mergerfs_diff.rs"]
 mod mergerfs_diff;
+#[path = "support/tree.rs"]
+mod tree;
 
 use std::collections::BTreeSet;
 

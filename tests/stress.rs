@@ -8,8 +8,10 @@
 
 #[path = "support/daemon.rs"]
 mod daemon;
+#[path = "support/tree.rs"]
+mod tree;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
@@ -51,40 +53,6 @@ fn seed() -> u64 {
                 .map_or(1, |d| d.as_nanos() as u64)
                 | 1
         })
-}
-
-/// Everything under `root` except the branch dirs and the daemon's own files: path → (mode,
-/// content or link target).
-fn snapshot(root: &Path, skip: &[&str]) -> BTreeMap<String, (u32, Vec<u8>)> {
-    fn walk(dir: &Path, rel: &str, skip: &[&str], out: &mut BTreeMap<String, (u32, Vec<u8>)>) {
-        let mut ents: Vec<_> = fs::read_dir(dir).unwrap().flatten().collect();
-        ents.sort_by_key(|e| e.file_name());
-        for e in ents {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if rel.is_empty() && skip.contains(&name.as_str()) {
-                continue;
-            }
-            let p = e.path();
-            let r = format!("{rel}/{name}");
-            let md = fs::symlink_metadata(&p).unwrap();
-            let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions());
-            let body = if md.file_type().is_symlink() {
-                fs::read_link(&p)
-                    .unwrap()
-                    .into_os_string()
-                    .into_encoded_bytes()
-            } else if md.is_file() {
-                fs::read(&p).unwrap()
-            } else {
-                walk(&p, &r, skip, out);
-                Vec::new()
-            };
-            out.insert(r, (mode, body));
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, "", skip, &mut out);
-    out
 }
 
 /// What the session holds and must give back before the fd count is compared.
@@ -368,8 +336,12 @@ fn random_and_mutated_frames_do_not_crash_leak_or_escape() {
     let mutating = env("STRESS_MUTATE") != Some(0);
     let tmp = tempfile::tempdir().unwrap();
     prepare(tmp.path());
-    let skip = ["a", "b", "run"];
-    let before = snapshot(tmp.path(), &skip);
+    // Everything under the temporary directory but the branches and the daemon's own files.
+    let outside = tree::Walk {
+        skip: &["a", "b", "run"],
+        ..tree::Walk::default()
+    };
+    let before = outside.snapshot(tmp.path());
     let branches = vec![tmp.path().join("a"), tmp.path().join("b")];
     let specs = vec![
         format!("{}=RW", branches[0].display()),
@@ -448,7 +420,7 @@ fn random_and_mutated_frames_do_not_crash_leak_or_escape() {
         d.log()
     );
 
-    let after = snapshot(d.tmp.path(), &skip);
+    let after = outside.snapshot(d.tmp.path());
     let changed: Vec<&String> = before
         .keys()
         .chain(after.keys())

@@ -104,6 +104,12 @@ struct Inner {
     open: HashSet<u64>,
     /// How many of them may, before the least recently used are closed.
     capacity: usize,
+    /// The next trim waits until this many are open: an eighth of the capacity above what
+    /// the last trim left, which may be above the capacity where nodes without a name hold
+    /// most descriptors (so that every new descriptor does not scan the table again).
+    trim_at: usize,
+    /// Scans of the table by [`Inner::trim`] (for tests).
+    trims: u64,
 }
 
 /// Maps FUSE node ids to host objects and union paths.
@@ -216,9 +222,20 @@ impl Inner {
     /// those of nodes without a name. The descriptors are moved to `closed`, for the caller to
     /// drop after it let go of the table.
     fn trim(&mut self, closed: &mut Vec<Arc<OwnedFd>>) {
-        if self.open.len() <= self.capacity {
+        if self.open.len() <= self.capacity.max(self.trim_at) {
             return;
         }
+        self.trim_lru(closed);
+        self.trim_at = if self.open.len() <= self.capacity {
+            0
+        } else {
+            self.open.len() + (self.capacity / 8).max(1)
+        };
+    }
+
+    /// [`Inner::trim`]'s work: closes the least recently used named nodes' descriptors.
+    fn trim_lru(&mut self, closed: &mut Vec<Arc<OwnedFd>>) {
+        self.trims += 1;
         let mut old: Vec<(u64, u64)> = self
             .open
             .iter()
@@ -309,6 +326,8 @@ impl InodeTable {
                 next_id: ROOT_ID + 1,
                 open: HashSet::new(),
                 capacity: capacity.max(1),
+                trim_at: 0,
+                trims: 0,
             }),
             clock: AtomicU64::new(1),
             panic_on: None,
@@ -553,6 +572,7 @@ impl InodeTable {
         let mut closed = Vec::new();
         let mut inner = self.inner.writing();
         inner.capacity = capacity.max(1);
+        inner.trim_at = 0;
         inner.trim(&mut closed);
     }
 
@@ -692,6 +712,34 @@ mod tests {
             t.forget(*id, 2);
         }
         assert_eq!((t.len(), t.open_fds()), (1, 0));
+    }
+
+    #[test]
+    fn unnamed_nodes_over_capacity_do_not_make_every_descriptor_scan_the_table() {
+        // Eighty unnamed nodes hold more descriptors than the capacity (64), and keep them.
+        let t = InodeTable::with_capacity(1024);
+        for i in 0..80u64 {
+            let name = CString::new(format!("u{i}")).unwrap();
+            t.lookup(ROOT_ID, &name, bind(200 + i, false), usize::MAX)
+                .unwrap();
+            t.unlink(ROOT_ID, &name);
+        }
+        t.set_capacity(64);
+        assert_eq!(t.open_fds(), 80);
+        // Named nodes come and go beyond them: at most an eighth of the capacity (8) above
+        // what the last trim left stays open, and the table is scanned once per that many.
+        let before = t.inner.reading().trims;
+        for i in 0..100u64 {
+            let name = CString::new(format!("n{i}")).unwrap();
+            t.lookup(ROOT_ID, &name, bind(300 + i, false), usize::MAX)
+                .unwrap();
+            assert!(t.open_fds() <= 80 + 8, "{} open after n{i}", t.open_fds());
+        }
+        let scans = t.inner.reading().trims - before;
+        assert!(
+            (10..=13).contains(&scans),
+            "{scans} scans for 100 new descriptors"
+        );
     }
 
     #[test]

@@ -655,28 +655,3 @@ pub fn logged_max_pages(log: &str) -> Option<u32> {
         digits.parse().ok()
     })
 }
-
-/// Every regular file under `root` (relative path → contents), plus directories (→ `None`):
-/// a byte-for-byte snapshot to compare a branch before and after a run.
-pub fn snapshot(root: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
-    fn walk(
-        root: &Path,
-        dir: &Path,
-        out: &mut std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>,
-    ) {
-        for entry in fs::read_dir(dir).expect("read_dir") {
-            let path = entry.expect("dir entry").path();
-            let rel = path.strip_prefix(root).expect("under root").to_path_buf();
-            let meta = fs::symlink_metadata(&path).expect("stat");
-            if meta.is_dir() {
-                out.insert(rel, None);
-                walk(root, &path, out);
-            } else {
-                out.insert(rel, Some(fs::read(&path).expect("read")));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}

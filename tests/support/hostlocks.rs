@@ -83,6 +83,14 @@ pub fn try_posix_lock(path: &Path, kind: i32, start: i64, len: i64) -> Result<()
         .write(true)
         .open(path)
         .unwrap();
+    // Closing the descriptor lets go of this process's locks on the file.
+    posix_lock(&file, kind, start, len)
+}
+
+/// The same lock taken through `file` and held by this host process (what any host program
+/// holds) until it unlocks the range or closes a descriptor of the file: `Ok` if granted,
+/// else the errno.
+pub fn posix_lock(file: &std::fs::File, kind: i32, start: i64, len: i64) -> Result<(), i32> {
     // SAFETY: a zeroed flock is a valid value; the fields that matter are set below.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
@@ -93,7 +101,6 @@ pub fn try_posix_lock(path: &Path, kind: i32, start: i64, len: i64) -> Result<()
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) } < 0 {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
     }
-    // Closing the descriptor lets go of this process's locks on the file.
     Ok(())
 }
 

@@ -22,6 +22,7 @@ use tempfile::TempDir;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 use super::fsharness::{c, ctx, list, read_file, union_with, walk, SliceReader};
+use super::tree;
 
 /// Options both sides get before the scenario's own: no kernel caching on the mergerfs side,
 /// so every operation reaches the daemon and sees the branches as they are now.
@@ -645,70 +646,38 @@ impl Trace {
     }
 }
 
-fn user_xattrs(p: &Path) -> Vec<String> {
-    let cp = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: valid path and a buffer of the given length.
-    let n = unsafe { libc::llistxattr(cp.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n <= 0 {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for name in buf[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|n| !n.is_empty())
-    {
-        if !name.starts_with(b"user.") {
-            continue;
-        }
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 4096];
-        // SAFETY: valid strings and a buffer of the given length.
-        let m =
-            unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        let val = if m >= 0 {
-            String::from_utf8_lossy(&v[..m as usize]).into_owned()
-        } else {
-            "?".into()
-        };
-        out.push(format!("{}={val}", String::from_utf8_lossy(name)));
-    }
-    out.sort();
-    out
+/// Every entry below `root`: relative path → `kind mode [content] [user xattrs]`.
+pub fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    let walk = tree::Walk {
+        xattrs: &["user."],
+        ..tree::Walk::default()
+    };
+    walk.snapshot(root)
+        .into_iter()
+        .map(|(rel, n)| (rel, describe(&n)))
+        .collect()
 }
 
-/// Every entry below `root`: relative path → `kind mode [content] [xattrs]`.
-pub fn snapshot(root: &Path) -> BTreeMap<String, String> {
-    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            let m = fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let mode = m.mode() & 0o7777;
-            let ft = m.file_type();
-            let body = if ft.is_dir() {
-                go(root, &p, out);
-                format!("dir {mode:o}")
-            } else if ft.is_symlink() {
-                format!("symlink -> {}", fs::read_link(&p).unwrap().display())
-            } else if m.len() > 64 {
-                format!("file {mode:o} len={}", m.len())
-            } else {
-                let data = fs::read(&p).unwrap();
-                format!("file {mode:o} {:?}", String::from_utf8_lossy(&data))
-            };
-            let x = user_xattrs(&p);
-            let body = if x.is_empty() {
-                body
-            } else {
-                format!("{body} {x:?}")
-            };
-            out.insert(rel, body);
-        }
+/// `dir 755`, `symlink -> target`, `file 644 "short content"` or `file 644 len=N`, then the
+/// xattrs as `["name=value", ...]` if there are any.
+fn describe(n: &tree::Node) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mode = n.mode;
+    let body = match n.kind {
+        tree::Kind::Dir => format!("dir {mode:o}"),
+        tree::Kind::Symlink => format!("symlink -> {}", text(&n.data)),
+        _ if n.data.len() > 64 => format!("file {mode:o} len={}", n.data.len()),
+        _ => format!("file {mode:o} {:?}", text(&n.data)),
+    };
+    if n.xattrs.is_empty() {
+        return body;
     }
-    let mut out = BTreeMap::new();
-    go(root, root, &mut out);
-    out
+    let x: Vec<String> = n
+        .xattrs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", text(v)))
+        .collect();
+    format!("{body} {x:?}")
 }
 
 /// A scenario: branches, the `-o` options both sides get (after [`DETERMINISTIC`]), how the

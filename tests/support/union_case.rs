@@ -5,13 +5,13 @@
 // Each including crate uses a different subset of this module.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tempfile::TempDir;
 
-use crate::guest::{self, GuestRun};
+use crate::guest::GuestRun;
+use crate::tree::{self, Tree};
 
 /// Branch `a` (RW, first) and `b` (RO), pre-populated so that names overlap and differ.
 pub struct Branches {
@@ -86,13 +86,13 @@ section after ls -1a
 "#;
 
 /// Byte-for-byte contents of branch `b`, to compare after the run.
-pub fn snapshot_b(br: &Branches) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    guest::snapshot(br.b.path())
+pub fn snapshot_b(br: &Branches) -> Tree {
+    tree::snapshot(br.b.path())
 }
 
 /// Asserts the scenario's outcome: guest-side checks passed, merged listings, and where files
 /// landed on the host; `b_before` is [`snapshot_b`] taken before the run.
-pub fn check(run: &GuestRun, br: &Branches, b_before: &BTreeMap<PathBuf, Option<Vec<u8>>>) {
+pub fn check(run: &GuestRun, br: &Branches, b_before: &Tree) {
     run.assert_success();
 
     let section = |name| {
@@ -138,7 +138,7 @@ pub fn check(run: &GuestRun, br: &Branches, b_before: &BTreeMap<PathBuf, Option<
     }
     assert_eq!(fs::read(a.join("shared.txt")).unwrap(), b"from a\n");
     assert_eq!(
-        &guest::snapshot(br.b.path()),
+        &tree::snapshot(br.b.path()),
         b_before,
         "RO branch b was modified"
     );

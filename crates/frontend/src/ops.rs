@@ -22,6 +22,8 @@ pub const MINOR_VERSION: u32 = 38;
 pub const INIT_EXT: u64 = 1 << 30;
 /// `FUSE_GETATTR_FH`: `getattr_in.fh` is valid.
 pub const GETATTR_FH: u32 = 1;
+/// `FATTR_MODE` in `setattr_in.valid`.
+pub const FATTR_MODE: u32 = 1;
 /// `FATTR_SIZE` in `setattr_in.valid`.
 pub const FATTR_SIZE: u32 = 1 << 3;
 
@@ -86,6 +88,21 @@ pub fn truncate(nodeid: u64, size: u64) -> FuseRequest {
     let a = SetattrIn {
         valid: FATTR_SIZE,
         size,
+        ..Default::default()
+    };
+    FuseRequest::new(
+        Opcode::Setattr as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<AttrOut>(),
+    )
+}
+
+/// FUSE_SETATTR changing only the permission bits (chmod).
+pub fn chmod(nodeid: u64, mode: u32) -> FuseRequest {
+    let a = SetattrIn {
+        valid: FATTR_MODE,
+        mode,
         ..Default::default()
     };
     FuseRequest::new(
