@@ -15,9 +15,10 @@
 # packs fio (with --verify: the I/O load of tests/e2e_upgrade.rs) the same way:
 # .cache/guest/fio.cpio.
 #   scripts/build-tools-initrd.sh fsx
-# packs the fsx data-integrity exerciser (cargo install'ed into .cache/tools/fsx if absent) and
-# qemu/fsx-all.toml, a mix with every operation it has (tests/e2e_integrity.rs):
-# .cache/guest/fsx.cpio.
+# packs the fsx data-integrity exerciser (cargo install'ed into .cache/tools/fsx if absent),
+# qemu/fsx-all.toml, a mix with every operation it has, and qemu/fsx-odirect.c built as
+# /opt/tools/lib/fsx-odirect.so (LD_PRELOAD'ed, it opens fsx's file with O_DIRECT)
+# (tests/e2e_integrity.rs): .cache/guest/fsx.cpio.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -37,7 +38,9 @@ elif [ "${1:-}" = fsx ]; then
         cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_ROOT/.cache/tools/fsx" >&2
     fi
     progs=("$newest")
-    [ "$UVFS_ROOT/qemu/fsx-all.toml" -nt "$out" ] && rm -f "$out"
+    for f in "$UVFS_ROOT"/qemu/fsx-all.toml "$UVFS_ROOT"/qemu/fsx-odirect.c; do
+        if [ "$f" -nt "$out" ]; then rm -f "$out"; fi
+    done
 else
     out="$UVFS_GUEST_CACHE/tools.cpio"
     # fcntl record locks and idmapped mounts: the project's examples/guest_lock.rs and
@@ -64,7 +67,13 @@ mkdir -p "$work/opt/tools/bin"
 for p in "${progs[@]}"; do
     install -m 755 "$p" "$work/opt/tools/bin/$(basename "$p")"
 done
-[ "${1:-}" = fsx ] && install -m 644 "$UVFS_ROOT/qemu/fsx-all.toml" "$work/opt/tools/fsx-all.toml"
+if [ "${1:-}" = fsx ]; then
+    install -m 644 "$UVFS_ROOT/qemu/fsx-all.toml" "$work/opt/tools/fsx-all.toml"
+    mkdir -p "$work/opt/tools/lib"
+    cc -shared -fPIC -O2 -Wall -o "$work/opt/tools/lib/fsx-odirect.so" \
+        "$UVFS_ROOT/qemu/fsx-odirect.c"
+    progs+=("$work/opt/tools/lib/fsx-odirect.so")
+fi
 copy_libs "$work" "${progs[@]}"
 mkdir -p "$UVFS_GUEST_CACHE"
 pack_cpio "$work" "$out"

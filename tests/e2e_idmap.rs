@@ -132,15 +132,6 @@ fn idmapped(backend: &Backend, dir: &Path) -> GuestRun {
     run
 }
 
-/// The flags2 half of the daemon's INIT reply (its debug line `enabled 0x…/0x…`), shifted
-/// into place.
-fn init_flags2(log: &str) -> Option<u64> {
-    let at = log.rfind("enabled 0x")? + "enabled 0x".len();
-    let (_, rest) = log[at..].split_once("/0x")?;
-    let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
-    u64::from_str_radix(&hex, 16).ok().map(|f| f << 32)
-}
-
 /// The uid of each request with opcode `op` in the daemon's debug log
 /// (`unique=… opcode=OP … uid=U …`).
 fn uids(log: &str, op: u32) -> Vec<u32> {
@@ -183,7 +174,7 @@ fn allow_idmap_serves_an_idmapped_mount() {
     );
     let log = &run.daemon_log;
     assert!(
-        init_flags2(log).is_some_and(|f| f & FUSE_ALLOW_IDMAP != 0),
+        guest::logged_init_flags(log).is_some_and(|f| f & FUSE_ALLOW_IDMAP != 0),
         "INIT did not enable FUSE_ALLOW_IDMAP:\n{}",
         run.transcript()
     );
@@ -211,7 +202,7 @@ fn without_allow_idmap_the_guest_refuses_an_idmapped_mount() {
     );
     run.assert_success();
     assert_eq!(
-        init_flags2(&run.daemon_log).map(|f| f & FUSE_ALLOW_IDMAP),
+        guest::logged_init_flags(&run.daemon_log).map(|f| f & FUSE_ALLOW_IDMAP),
         Some(0),
         "{}",
         run.transcript()

@@ -175,14 +175,6 @@ fn set_times(path: &std::path::Path, t: libc::timespec) {
     assert_eq!(r, 0, "utimensat {}", path.display());
 }
 
-/// The FUSE INIT flags the daemon enabled, as it logs them (`enabled 0xFLAGS/0xFLAGS2`).
-fn logged_init_flags(log: &str) -> Option<u64> {
-    let (_, rest) = log.rsplit_once("enabled 0x")?;
-    let (lo, rest) = rest.split_once("/0x")?;
-    let hi: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
-    Some(u64::from_str_radix(lo, 16).ok()? | (u64::from_str_radix(&hi, 16).ok()? << 32))
-}
-
 #[test]
 fn privileges_are_cleared_as_the_kernel_would_in_guest() {
     let a = Tmpfs::new("64M");
@@ -215,7 +207,7 @@ expect_eq "$(stat -c %a r)" 4755 "write by root"
         .replace("ADD_USER_U", ADD_USER_U),
     );
     run.assert_success();
-    let flags = logged_init_flags(&run.daemon_log).expect("INIT logged");
+    let flags = guest::logged_init_flags(&run.daemon_log).expect("INIT logged");
     assert_ne!(
         flags & (1 << 28),
         0,

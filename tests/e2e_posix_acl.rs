@@ -201,16 +201,6 @@ fn assert_same(what: &str, share: &[String], local: &[String]) {
 /// FUSE_DONT_MASK, FUSE_POSIX_ACL and FUSE_SETXATTR_EXT in INIT's flags.
 const ACL_INIT_FLAGS: u64 = (1 << 6) | (1 << 20) | (1 << 29);
 
-/// The flags the daemon's INIT reply enabled (its debug line `enabled 0x…/0x…`).
-fn init_enabled(log: &str) -> Option<u64> {
-    let at = log.rfind("enabled 0x")? + "enabled 0x".len();
-    let hex: String = log[at..]
-        .chars()
-        .take_while(char::is_ascii_hexdigit)
-        .collect();
-    u64::from_str_radix(&hex, 16).ok()
-}
-
 /// The host's `getfacl -n` of `path` (relative to `dir`), header lines dropped.
 fn host_acl(dir: &Path, path: &str) -> Vec<String> {
     let out = Command::new("getfacl")
@@ -238,7 +228,7 @@ fn has_entry(listing: &[String], entry: &str) -> bool {
 
 /// Our daemon negotiated the three ACL flags (its INIT debug line).
 fn assert_acl_negotiated(run: &guest::GuestRun) {
-    let enabled = init_enabled(&run.daemon_log);
+    let enabled = guest::logged_init_flags(&run.daemon_log);
     assert!(
         enabled.is_some_and(|f| f & ACL_INIT_FLAGS == ACL_INIT_FLAGS),
         "INIT enabled {enabled:#x?}, want POSIX_ACL|DONT_MASK|SETXATTR_EXT:\n{}",

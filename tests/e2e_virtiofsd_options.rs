@@ -244,16 +244,6 @@ fn assert_host(dir: &Path) {
 /// FUSE_WRITEBACK_CACHE in INIT's flags.
 const FUSE_WRITEBACK_CACHE: u64 = 1 << 16;
 
-/// The flags the daemon's INIT reply enabled (its debug line `enabled 0x…/0x…`).
-fn init_enabled(log: &str) -> Option<u64> {
-    let at = log.rfind("enabled 0x")? + "enabled 0x".len();
-    let hex: String = log[at..]
-        .chars()
-        .take_while(char::is_ascii_hexdigit)
-        .collect();
-    u64::from_str_radix(&hex, 16).ok()
-}
-
 /// WRITE requests (opcode 16) in a debug log.
 fn writes(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" opcode=16 ")).count()
@@ -268,7 +258,7 @@ fn writeback_gathers_writes_and_keeps_their_meaning() {
     ));
     assert_host(a.path());
     assert!(
-        init_enabled(&with.daemon_log).is_some_and(|f| f & FUSE_WRITEBACK_CACHE != 0),
+        guest::logged_init_flags(&with.daemon_log).is_some_and(|f| f & FUSE_WRITEBACK_CACHE != 0),
         "INIT did not enable the writeback cache:\n{}",
         with.transcript()
     );
@@ -282,7 +272,7 @@ fn writeback_gathers_writes_and_keeps_their_meaning() {
     assert_host(b.path());
     let each = writes(&without.daemon_log);
     assert_eq!(
-        init_enabled(&without.daemon_log).map(|f| f & FUSE_WRITEBACK_CACHE),
+        guest::logged_init_flags(&without.daemon_log).map(|f| f & FUSE_WRITEBACK_CACHE),
         Some(0)
     );
     println!("WRITE requests: {gathered} with --writeback, {each} without");

@@ -15,7 +15,7 @@
 //! guest holds. This module does no I/O.
 
 use crate::sync::RwRecover;
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::OwnedFd;

@@ -378,7 +378,8 @@ pub fn fio_initrd() -> PathBuf {
     tools_archive("fio")
 }
 
-/// fsx under `/opt/tools/bin` and its every-operation mix `/opt/tools/fsx-all.toml`, for
+/// fsx under `/opt/tools/bin`, its every-operation mix `/opt/tools/fsx-all.toml` and the
+/// O_DIRECT shim `/opt/tools/lib/fsx-odirect.so` (qemu/fsx-odirect.c), for
 /// [`Guest::extra_initrd`] (`scripts/build-tools-initrd.sh fsx`).
 pub fn fsx_initrd() -> PathBuf {
     tools_archive("fsx")
@@ -654,4 +655,17 @@ pub fn logged_max_pages(log: &str) -> Option<u32> {
             .collect();
         digits.parse().ok()
     })
+}
+
+/// The flags the daemon's last FUSE_INIT reply enabled, `flags | flags2 << 32`, from its debug
+/// line `FUSE INIT … enabled 0xFLAGS/0xFLAGS2`.
+pub fn logged_init_flags(log: &str) -> Option<u64> {
+    let line = log.lines().rfind(|l| l.contains("FUSE INIT "))?;
+    let (_, enabled) = line.rsplit_once(" enabled 0x")?;
+    let (lo, hi) = enabled.split_once("/0x")?;
+    let hex = |s: &str| -> Option<u64> {
+        let digits: String = s.chars().take_while(char::is_ascii_hexdigit).collect();
+        u64::from_str_radix(&digits, 16).ok()
+    };
+    Some(hex(lo)? | hex(hi)? << 32)
 }

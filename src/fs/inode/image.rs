@@ -3,7 +3,7 @@
 //! on the destination, checking that the records make a table (a root, unique ids, parents
 //! that exist). No I/O.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
