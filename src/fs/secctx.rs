@@ -2,7 +2,7 @@
 //! for each object it creates (mkdir, mknod, symlink, create, tmpfile) and sends it as a
 //! request extension after the request's own arguments. The dispatcher parses it here (a pure
 //! function of guest bytes, checked field by field), holds it for the one request that carries
-//! it ([`scoped`]), and the create operations take it ([`take`]) and set it on the new host
+//! it ([`scoped`]), and the create operations take it ([`current`]) and set it on the new host
 //! object before the object gets its name (`ops::create`).
 //!
 //! fuse-backend-rs cannot pass anything beyond its `Context` to a filesystem, so the context
