@@ -139,6 +139,30 @@ fn create_newest_takes_the_newest_parent() {
 }
 
 #[test]
+fn create_newest_gives_a_tie_to_the_last_branch() {
+    // mergerfs compares st_mtime in whole seconds and skips only a strictly older branch:
+    // of tied parents the last wins. Sub-second differences do not count.
+    let o = assert_same(
+        "create policy newest, tied",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=newest,minfreespace=1M",
+            setup: &|s| {
+                for b in [0, 1, 2] {
+                    s.dir(b, "d", 0o755);
+                    s.mtime(b, "d", 2_000);
+                }
+                s.mtime_nanos(0, "d", 2_000, 900_000_000);
+            },
+            run: &|t, o| {
+                t.rec("create d/f", o.create("d/f", b"x")).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("d/f"), [2], "{o}");
+}
+
+#[test]
 fn create_all_and_epall_make_directories_everywhere() {
     let setup = |s: &Setup| {
         s.dir(1, "d", 0o750);

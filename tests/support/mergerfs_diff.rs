@@ -582,8 +582,12 @@ impl Setup<'_> {
     }
     /// Sets the modification time of `path` on branch `b` to `secs` after the epoch.
     pub fn mtime(&self, b: usize, path: &str, secs: u64) {
+        self.mtime_nanos(b, path, secs, 0);
+    }
+    /// Sets `path`'s modification time on branch `b` to `secs` seconds and `nanos`.
+    pub fn mtime_nanos(&self, b: usize, path: &str, secs: u64, nanos: u32) {
         let f = fs::File::open(self.roots[b].join(path)).unwrap();
-        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
             .unwrap();
     }
     /// Sets `path`'s permission bits on branch `b`.
