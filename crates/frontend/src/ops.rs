@@ -83,6 +83,16 @@ pub fn getattr(nodeid: u64, fh: Option<u64>) -> FuseRequest {
     )
 }
 
+/// FUSE_SETATTR with the fields of `a` its `valid` names.
+fn setattr(nodeid: u64, a: SetattrIn) -> FuseRequest {
+    FuseRequest::new(
+        Opcode::Setattr as u32,
+        nodeid,
+        a.as_slice().to_vec(),
+        size_of::<AttrOut>(),
+    )
+}
+
 /// FUSE_SETATTR changing only the size (truncate).
 pub fn truncate(nodeid: u64, size: u64) -> FuseRequest {
     let a = SetattrIn {
@@ -90,12 +100,7 @@ pub fn truncate(nodeid: u64, size: u64) -> FuseRequest {
         size,
         ..Default::default()
     };
-    FuseRequest::new(
-        Opcode::Setattr as u32,
-        nodeid,
-        a.as_slice().to_vec(),
-        size_of::<AttrOut>(),
-    )
+    setattr(nodeid, a)
 }
 
 /// FUSE_SETATTR changing only the permission bits (chmod).
@@ -105,12 +110,7 @@ pub fn chmod(nodeid: u64, mode: u32) -> FuseRequest {
         mode,
         ..Default::default()
     };
-    FuseRequest::new(
-        Opcode::Setattr as u32,
-        nodeid,
-        a.as_slice().to_vec(),
-        size_of::<AttrOut>(),
-    )
+    setattr(nodeid, a)
 }
 
 /// FUSE_OPEN with open(2) `flags`.
