@@ -34,6 +34,21 @@ pub struct Extra {
     pub idmap: bool,
 }
 
+impl Extra {
+    /// The choices, with the raw bits they enable.
+    pub fn new(posix_acl: bool, security_ctx: bool, idmap: bool) -> Self {
+        let on = |yes: bool, bits: u64| if yes { bits } else { 0 };
+        Extra {
+            bits: on(posix_acl, ACL_FLAGS)
+                | on(security_ctx, SECURITY_CTX)
+                | on(idmap, ALLOW_IDMAP),
+            posix_acl,
+            security_ctx,
+            idmap,
+        }
+    }
+}
+
 /// The flags POSIX ACLs need together: the guest enforces them, leaves the umask to the
 /// daemon, and says when setting one must clear set-group-ID.
 const ACL_FLAGS: u64 = POSIX_ACL | DONT_MASK | SETXATTR_EXT;
@@ -51,13 +66,7 @@ pub fn extra_options(opts: &UnionOptions, offered: u64) -> Result<Extra, &'stati
     let posix_acl = pick(opts.posix_acl, ACL_FLAGS, "--posix-acl")?;
     let security_ctx = pick(opts.security_label, SECURITY_CTX, "--security-label")?;
     let idmap = opts.allow_idmap && offered & ALLOW_IDMAP != 0;
-    let on = |yes: bool, bits: u64| if yes { bits } else { 0 };
-    Ok(Extra {
-        bits: on(posix_acl, ACL_FLAGS) | on(security_ctx, SECURITY_CTX) | on(idmap, ALLOW_IDMAP),
-        posix_acl,
-        security_ctx,
-        idmap,
-    })
+    Ok(Extra::new(posix_acl, security_ctx, idmap))
 }
 
 impl Negotiated {
@@ -95,21 +104,10 @@ impl Negotiated {
 
     /// The choices of [`extra_options`] in force.
     pub fn extra(&self) -> Extra {
-        let (posix_acl, security_ctx, idmap) =
-            (self.posix_acl(), self.security_ctx(), self.idmap());
-        let on = |yes: bool, bits: u64| if yes { bits } else { 0 };
-        Extra {
-            bits: on(posix_acl, ACL_FLAGS)
-                | on(security_ctx, SECURITY_CTX)
-                | on(idmap, ALLOW_IDMAP),
-            posix_acl,
-            security_ctx,
-            idmap,
-        }
+        Extra::new(self.posix_acl(), self.security_ctx(), self.idmap())
     }
 
-    /// Records the choices of [`extra_options`] (INIT, or an imported session; `bits` is
-    /// not read).
+    /// Records the choices of [`extra_options`] (INIT, or an imported session).
     pub fn set_extra(&self, e: Extra) {
         self.posix_acl.store(e.posix_acl, Ordering::Relaxed);
         self.security_ctx.store(e.security_ctx, Ordering::Relaxed);

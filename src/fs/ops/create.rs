@@ -85,15 +85,11 @@ fn make_labelled<T>(
     match labelled {
         Ok(()) => Ok(made),
         Err(e) => {
-            let is_dir = beneath::open_path(dir, &tmp)
-                .and_then(|p| beneath::stat_fd(p.as_fd()))
-                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
-            let flags = if is_dir {
-                rustix::fs::AtFlags::REMOVEDIR
-            } else {
-                rustix::fs::AtFlags::empty()
-            };
-            let _ = rustix::fs::unlinkat(dir, &tmp, flags);
+            // The hidden entry goes (rmdir if it is a directory).
+            use rustix::fs::{unlinkat, AtFlags};
+            if unlinkat(dir, &tmp, AtFlags::empty()) == Err(rustix::io::Errno::ISDIR) {
+                let _ = unlinkat(dir, &tmp, AtFlags::REMOVEDIR);
+            }
             Err(e)
         }
     }

@@ -178,12 +178,12 @@ impl UnionFs {
         }
         done.locks = img.locks.len() - failed.len();
         self.negotiated.set(img.writeback, img.submounts);
-        self.negotiated.set_extra(super::super::negotiated::Extra {
-            posix_acl: img.posix_acl,
-            security_ctx: img.security_ctx,
-            idmap: img.idmap,
-            bits: 0,
-        });
+        self.negotiated
+            .set_extra(super::super::negotiated::Extra::new(
+                img.posix_acl,
+                img.security_ctx,
+                img.idmap,
+            ));
         let mut copied = self.copied_up.locked();
         copied.clear();
         for c in img.copied_up {
