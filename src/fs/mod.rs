@@ -6,6 +6,7 @@
 mod branches;
 mod caller;
 mod clone;
+pub mod control;
 mod cow;
 mod handle;
 pub mod idmap;
