@@ -5,6 +5,7 @@
 
 use caps::Capability;
 use log::{info, warn};
+use std::os::fd::AsFd;
 
 use crate::args::{SandboxMode, SeccompAction};
 use crate::config::Confinement;
@@ -37,7 +38,12 @@ pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> 
 
 /// The namespace sandbox proper (see [`sandbox::enter`]).
 fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
-    match sandbox::enter(&fs.root_fds())? {
+    let roots = fs.root_fds();
+    let borrowed: Vec<_> = roots
+        .iter()
+        .map(|(fd, p)| (fd.as_fd(), p.as_path()))
+        .collect();
+    match sandbox::enter(&borrowed)? {
         Entered::Parent(child) => {
             // The supervisor only forwards signals and removes the socket.
             sandbox::no_new_privs()?;

@@ -4,6 +4,7 @@
 //! directories are opened later by `fs`.
 
 pub mod registry;
+pub mod runtime;
 pub mod virtiofsd;
 
 use std::os::unix::io::RawFd;

@@ -3,9 +3,21 @@
 //! edits, and the per-file queries (`basepath`, `relpath`, `fullpath`, `allpaths`). Reached
 //! only from the host (the `ctl` socket and SIGHUP), never from a guest request.
 
-use std::os::fd::OwnedFd;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 
-use super::UnionFs;
+use rustix::fs::{Mode, OFlags};
+
+use super::branches::{Branches, Reuse, Root};
+use super::options::{FileHandles, Func, UnionOptions};
+use super::view::View;
+use super::{node, UnionFs};
+use crate::sync::LockRecover;
+use crate::sys::beneath;
+use crate::union::edit::{show, BranchEdit};
+use crate::union::Branch;
 
 /// A control request that failed: the errno mergerfs gives for it (ENOATTR unknown key,
 /// EROFS read-only key, EINVAL bad value, ENOENT no such path…) and one line for the user.
@@ -29,33 +41,249 @@ impl CtlError {
 }
 
 impl UnionFs {
-    /// Every key, mergerfs's names without the `user.mergerfs.` prefix, sorted.
-    pub fn ctl_keys(&self) -> Vec<String> {
-        Vec::new()
+    /// The options requests see now.
+    pub fn options(&self) -> UnionOptions {
+        self.current.load().opts.clone()
     }
 
-    /// The value of `key` (with or without the `user.mergerfs.` prefix).
-    pub fn ctl_get(&self, key: &str) -> Result<String, CtlError> {
-        Err(CtlError::new(libc::ENODATA, format!("unknown option '{key}'")))
+    /// The branches as configured now, in branch order.
+    pub fn branch_list(&self) -> Vec<Branch> {
+        self.current.load().branches.specs().to_vec()
     }
 
-    /// Sets `key` to `value`. `dirs` are the directories a branch edit adds, opened by the
-    /// client in the order their paths appear in `value` (so a sandboxed daemon needs not see
-    /// them); with none, the daemon opens the paths itself. Returns what changed, for the log.
-    pub fn ctl_set(&self, key: &str, value: &str, dirs: Vec<OwnedFd>) -> Result<String, CtlError> {
-        let _ = dirs;
-        Err(CtlError::new(
-            libc::ENODATA,
-            format!("unknown option '{key}' (value '{value}')"),
-        ))
+    /// The ids of the branches now, in branch order (an id is never reused).
+    pub fn branch_ids(&self) -> Vec<usize> {
+        self.current.load().branches.indices().collect()
     }
 
-    /// A per-file query on `path` (a union path, relative or with a leading `/`): `basepath`,
-    /// `relpath`, `fullpath` (one value each) or `allpaths` (one per branch holding it).
-    pub fn ctl_query(&self, path: &str, what: &str) -> Result<Vec<Vec<u8>>, CtlError> {
-        Err(CtlError::new(
-            libc::ENOENT,
-            format!("{path}: no such file ({what})"),
-        ))
+    /// Makes `opts` the options of every request that begins from now on (which options
+    /// may change while the guest runs is the caller's decision).
+    pub fn set_options(&self, opts: UnionOptions) {
+        let _one = self.editing.locked();
+        let cur = self.current.load_full();
+        let mut branches = cur.branches.clone();
+        branches.refloor(opts.minfreespace);
+        self.current.store(Arc::new(View { branches, opts }));
+    }
+
+    /// Applies a branch edit: the branches it adds are `dirs` (opened by the caller, in the
+    /// order [`BranchEdit::added`] names them), or with no `dirs` opened here by path. A
+    /// branch already in the union keeps its id (an added directory that is one of them
+    /// is EEXIST); a removed branch's nodes answer ESTALE from now on and their descriptors
+    /// close, while its open files keep working until they are closed. Returns what changed.
+    pub fn edit_branches(&self, edit: &BranchEdit, dirs: Vec<OwnedFd>) -> Result<String, CtlError> {
+        let added = edit.added();
+        if !dirs.is_empty() && dirs.len() != added.len() {
+            return Err(CtlError::new(
+                libc::EINVAL,
+                format!("{} directories for {} branches", dirs.len(), added.len()),
+            ));
+        }
+        let _one = self.editing.locked();
+        let cur = self.current.load_full();
+        let live: Vec<(usize, (u64, u64))> = cur
+            .branches
+            .roots()
+            .filter_map(|(id, r)| {
+                let st = beneath::stat_fd(r.as_fd()).ok()?;
+                Some((id, (st.st_dev, st.st_ino)))
+            })
+            .collect();
+        let mut dirs = dirs.into_iter();
+        let mut new = Vec::with_capacity(added.len());
+        for spec in added {
+            let fd = match dirs.next() {
+                Some(fd) => fd,
+                None => rustix::fs::open(
+                    &spec.path,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| {
+                    CtlError::new(e.raw_os_error(), format!("{}: {e}", spec.path.display()))
+                })?,
+            };
+            let st = beneath::stat_fd(fd.as_fd()).map_err(|e| {
+                CtlError::new(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("{}: {e}", spec.path.display()),
+                )
+            })?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                return Err(CtlError::new(
+                    libc::ENOTDIR,
+                    format!("{}: not a directory", spec.path.display()),
+                ));
+            }
+            let key = (st.st_dev, st.st_ino);
+            let reuse = match live.iter().find(|(_, k)| *k == key) {
+                Some(&(id, _)) => Reuse::Id(id),
+                None => {
+                    if self.options().file_handles == FileHandles::Mandatory {
+                        node::probe_handles(fd.as_fd()).map_err(|e| {
+                            CtlError::new(
+                                libc::EINVAL,
+                                format!(
+                                    "{}: --inode-file-handles=mandatory, and its nodes cannot use file handles: {e}",
+                                    spec.path.display()
+                                ),
+                            )
+                        })?;
+                    }
+                    Reuse::New(Root {
+                        fd,
+                        dev: st.st_dev,
+                        path: spec.path.clone(),
+                        handle_mount: Default::default(),
+                    })
+                }
+            };
+            new.push((key, spec.clone(), reuse));
+        }
+        let current: Vec<_> = cur
+            .branches
+            .indices()
+            .zip(cur.branches.specs())
+            .map(|(id, spec)| {
+                let key = live.iter().find(|(i, _)| *i == id).map_or((0, 0), |l| l.1);
+                (key, spec.clone(), Reuse::Id(id))
+            })
+            .collect();
+        let next = edit
+            .apply(current, new, |(_, spec, _)| spec.path.as_path())
+            .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
+        let mut seen = std::collections::HashSet::new();
+        for (key, spec, _) in &next {
+            if !seen.insert(*key) {
+                return Err(CtlError::new(
+                    libc::EEXIST,
+                    format!("{}: already a branch of the union", spec.path.display()),
+                ));
+            }
+        }
+        let next: Vec<(Branch, Reuse)> = next.into_iter().map(|(_, s, r)| (s, r)).collect();
+        let branches = cur.branches.edited(next, cur.opts.minfreespace);
+        let change = describe(&cur.branches, &branches);
+        let removed: Vec<usize> = cur
+            .branches
+            .indices()
+            .filter(|&id| !branches.is_live(id))
+            .collect();
+        self.current.store(Arc::new(View {
+            branches,
+            opts: cur.opts.clone(),
+        }));
+        // The removed branches' nodes let their directories go (so that a disk can be
+        // unmounted once its open files are closed).
+        if !removed.is_empty() {
+            self.inodes.close_where(|b, _| removed.contains(&b));
+        }
+        Ok(change)
+    }
+
+    /// Closes the descriptor of every node that has a name (`cmd.invalidate-all-nodes`): each
+    /// is found again, by handle or by path, when next used. Returns how many were closed.
+    pub fn invalidate_nodes(&self) -> usize {
+        self.inodes.close_where(|_, named| named)
+    }
+
+    /// Where `path` (a union path; a leading `/` is optional) lives, as mergerfs's per-file
+    /// queries say: `basepath` (the branch the getxattr policy finds it on), `relpath` (the
+    /// path from the union root, with its `/`), `fullpath` (the two joined) or `allpaths`
+    /// (its full path on every branch that holds it, in branch order).
+    pub fn query_path(&self, path: &str, what: &str) -> Result<Vec<Vec<u8>>, CtlError> {
+        let trimmed = path.trim_matches('/');
+        let rel = if trimmed.is_empty() { "." } else { trimmed };
+        if rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+            && rel != "."
+        {
+            return Err(CtlError::new(
+                libc::EINVAL,
+                format!("{path}: not a plain union path"),
+            ));
+        }
+        let crel = CString::new(rel)
+            .map_err(|_| CtlError::new(libc::EINVAL, format!("{path}: contains NUL")))?;
+        let relpath = format!("/{trimmed}").into_bytes();
+        let full = |b: usize| -> Vec<u8> {
+            let mut p = self.host_path(b, &crel);
+            if rel == "." {
+                p.truncate(p.len() - 2);
+            }
+            p
+        };
+        let missing = |e: io::Error| {
+            CtlError::new(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("{path}: {e}"),
+            )
+        };
+        match what {
+            "relpath" => {
+                self.search(Func::Getxattr, &crel).map_err(missing)?;
+                Ok(vec![relpath])
+            }
+            "basepath" | "fullpath" => {
+                let f = self.search(Func::Getxattr, &crel).map_err(missing)?;
+                let root = self.root(f.branch).map_err(missing)?;
+                Ok(vec![if what == "basepath" {
+                    root.path.as_os_str().as_encoded_bytes().to_vec()
+                } else {
+                    full(f.branch)
+                }])
+            }
+            "allpaths" => {
+                let all: Vec<Vec<u8>> = self
+                    .view()
+                    .branches
+                    .indices()
+                    .filter(|&b| self.find_on(b, &crel).is_some())
+                    .map(full)
+                    .collect();
+                if all.is_empty() {
+                    return Err(missing(io::Error::from_raw_os_error(libc::ENOENT)));
+                }
+                Ok(all)
+            }
+            _ => Err(CtlError::new(
+                libc::ENODATA,
+                format!(
+                    "unknown query '{what}' (expected basepath, relpath, fullpath or allpaths)"
+                ),
+            )),
+        }
+    }
+}
+
+/// What an edit changed, for the log: each branch added or removed, with its id, and each
+/// whose mode or floor changed.
+fn describe(old: &Branches, new: &Branches) -> String {
+    let mut parts = Vec::new();
+    let spec_of = |b: &Branches, id: usize| b.position(id).map(|p| b.specs()[p].clone());
+    for id in new.indices() {
+        match (spec_of(old, id), spec_of(new, id)) {
+            (None, Some(s)) => parts.push(format!("added {} (id {id})", show(&[s]))),
+            (Some(o), Some(n)) if o != n => parts.push(format!(
+                "{} is now {} (id {id})",
+                o.path.display(),
+                show(&[n])
+            )),
+            _ => {}
+        }
+    }
+    for id in old.indices().filter(|&id| !new.is_live(id)) {
+        if let Some(s) = spec_of(old, id) {
+            parts.push(format!("removed {} (id {id})", s.path.display()));
+        }
+    }
+    if old.indices().ne(new.indices()) && parts.is_empty() {
+        parts.push("reordered".into());
+    }
+    if parts.is_empty() {
+        "no change".into()
+    } else {
+        parts.join("; ")
     }
 }

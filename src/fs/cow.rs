@@ -51,7 +51,7 @@ impl UnionFs {
     /// at an ancestor. Always false without `cow`.
     pub(crate) fn cow_masked(&self, branch: usize, rel: &CStr) -> io::Result<bool> {
         let bytes = rel.to_bytes();
-        if !self.cfg.opts.cow || branch == 0 || bytes == b"." {
+        if !self.view().opts.cow || branch == 0 || bytes == b"." {
             return Ok(false);
         }
         let mut ends: Vec<usize> = bytes
@@ -89,7 +89,7 @@ impl UnionFs {
         let dir = self
             .create_targets(Func::Create, parent)?
             .into_iter()
-            .find(|d| !self.branches.is_ro(d.branch))
+            .find(|d| !self.view().branches.is_ro(d.branch))
             .ok_or_else(|| errno(libc::EROFS))?;
         let fd = self.dir_on(dir.branch, parent)?;
         Ok((dir, fd))
@@ -97,9 +97,10 @@ impl UnionFs {
 
     /// Whether any RO branch still shows `rel` (so deleting it needs a whiteout).
     pub(crate) fn lower_has(&self, rel: &CStr) -> bool {
-        self.branches
+        self.view()
+            .branches
             .indices()
-            .filter(|&b| self.branches.is_ro(b))
+            .filter(|&b| self.view().branches.is_ro(b))
             .any(|b| self.find_on(b, rel).is_some())
     }
 
@@ -181,7 +182,7 @@ impl UnionFs {
         name: &CStr,
         make: impl FnMut() -> io::Result<T>,
     ) -> io::Result<(T, bool)> {
-        let removed = self.cfg.opts.cow && self.remove_whiteout(&dir, name)?;
+        let removed = self.view().opts.cow && self.remove_whiteout(&dir, name)?;
         match self.as_caller(ctx, &[dir], &[], Groups::OnRefusal, make) {
             Ok(t) => Ok((t, removed)),
             Err(e) => {
@@ -196,7 +197,7 @@ impl UnionFs {
     /// After `rel` was removed from the RW branches: a whiteout where an RO branch still has
     /// it, in the upper layer the create policy picks for its parent.
     pub(crate) fn whiteout_if_lower(&self, rel: &CStr) -> io::Result<()> {
-        if !self.cfg.opts.cow || !self.lower_has(rel) {
+        if !self.view().opts.cow || !self.lower_has(rel) {
             return Ok(());
         }
         let (parent, name) = split_parent(rel);
@@ -228,7 +229,12 @@ impl UnionFs {
     /// Removes the whiteouts in directory `rel` on every RW branch (so that rmdir of a
     /// directory that is empty in the union can remove its upper copies).
     pub(crate) fn clear_whiteouts(&self, rel: &CStr) -> io::Result<()> {
-        for b in self.branches.indices().filter(|&b| !self.branches.is_ro(b)) {
+        for b in self
+            .view()
+            .branches
+            .indices()
+            .filter(|&b| !self.view().branches.is_ro(b))
+        {
             let Ok(d) = self.dir_on(b, rel) else { continue };
             for e in beneath::list_dir(d.as_fd())? {
                 let name = CString::new(e.name).expect("no NUL in a name");
@@ -241,7 +247,7 @@ impl UnionFs {
     /// The names directory `rel` shows in the union (whiteouts and what they hide left out).
     fn visible_children(&self, rel: &CStr) -> io::Result<Vec<CString>> {
         let mut names: Vec<CString> = Vec::new();
-        for b in self.branches.indices() {
+        for b in self.view().branches.indices() {
             let Some(d) = self.find_on(b, rel) else {
                 continue;
             };
@@ -268,7 +274,7 @@ impl UnionFs {
     /// EXDEV there unless it records a redirect).
     pub(crate) fn copy_up_tree(&self, rel: &CStr) -> io::Result<()> {
         let f = self.search(Func::Getattr, rel)?;
-        if self.branches.is_ro(f.branch) {
+        if self.view().branches.is_ro(f.branch) {
             self.copy_up(rel, &f)?;
         }
         for name in self.visible_children(rel)? {
@@ -276,15 +282,16 @@ impl UnionFs {
             let cf = self.search(Func::Getattr, &child)?;
             if cf.st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 self.copy_up_tree(&child)?;
-            } else if self.branches.is_ro(cf.branch) {
+            } else if self.view().branches.is_ro(cf.branch) {
                 self.copy_up(&child, &cf)?;
             }
         }
         let (parent, name) = split_parent(rel);
         let pd = self.dir_on(
-            self.branches
+            self.view()
+                .branches
                 .indices()
-                .find(|&b| !self.branches.is_ro(b) && self.dir_on(b, rel).is_ok())
+                .find(|&b| !self.view().branches.is_ro(b) && self.dir_on(b, rel).is_ok())
                 .ok_or_else(|| errno(libc::EROFS))?,
             &parent,
         )?;

@@ -628,6 +628,31 @@ impl InodeTable {
             .and_then(|n| n.stamp.replace(stamp))
     }
 
+    /// Closes the descriptors of the nodes that `close` picks, given each one's branch and
+    /// whether it has a name (a node without one may have no other way back to its object).
+    /// Returns how many were closed. Their descriptors go after the table's lock is released.
+    pub fn close_where(&self, close: impl Fn(usize, bool) -> bool) -> usize {
+        let mut closed = Vec::new();
+        let mut inner = self.inner.writing();
+        let Inner { nodes, open, .. } = &mut *inner;
+        open.retain(|id| {
+            let Some(n) = nodes.get_mut(id) else {
+                return false;
+            };
+            let named = !n.names.is_empty();
+            match n.bound.as_mut() {
+                Some(h) if close(h.branch, named) => {
+                    closed.extend(h.fd.take());
+                    false
+                }
+                Some(h) => h.fd.is_some(),
+                None => false,
+            }
+        });
+        drop(inner);
+        closed.len()
+    }
+
     /// Forgets every node but the root (FUSE_DESTROY, device reset): their descriptors close.
     pub fn clear(&self) {
         let mut inner = self.inner.writing();

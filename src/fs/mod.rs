@@ -22,12 +22,14 @@ mod readdir_snapshot;
 mod resolve;
 pub mod secctx;
 pub mod session;
+mod view;
 pub mod xattrmap;
 
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
@@ -40,12 +42,13 @@ use rustix::fs::{Mode, OFlags};
 
 pub use inode::ROOT_ID;
 
-use crate::union::policy::BranchInfo;
 use crate::union::Branch;
 use branches::{Branches, Root};
 use handle::HandleTable;
 use inode::InodeTable;
 use options::UnionOptions;
+use view::View;
+pub use view::ViewScope;
 
 /// Everything the filesystem layer needs to know, built by `config`.
 #[derive(Clone, Debug)]
@@ -96,8 +99,15 @@ pub enum Error {
 
 /// The union filesystem served to the guest.
 pub struct UnionFs {
+    /// The configuration the daemon started with (its ids map; branches and options as they
+    /// were before any control change).
     cfg: FsConfig,
-    branches: Branches,
+    /// The branch set and options requests see now; a control change replaces it.
+    current: arc_swap::ArcSwap<View>,
+    /// This filesystem's number (pinned views are per filesystem).
+    number: usize,
+    /// Serializes control changes (each derives the next view from the current one).
+    editing: std::sync::Mutex<()>,
     /// How guest paths are resolved beneath branch roots (see `follow-symlinks`).
     resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
@@ -210,6 +220,7 @@ impl UnionFs {
             roots.push(Root {
                 fd,
                 dev: st.st_dev,
+                path: b.path.clone(),
                 handle_mount: Default::default(),
             });
         }
@@ -219,18 +230,16 @@ impl UnionFs {
             }
             _ => crate::sys::beneath::RESOLVE,
         };
-        let infos = cfg
-            .branches
-            .iter()
-            .map(|b| BranchInfo {
-                mode: b.mode,
-                min_free: b.min_free.unwrap_or(cfg.opts.minfreespace),
-            })
-            .collect();
         let inodes = InodeTable::with_capacity(cfg.opts.node_fds)
             .panic_on_lookup(cfg.opts.test_panic_on_lookup.clone());
+        let view = View {
+            branches: Branches::new(roots, cfg.branches.clone(), cfg.opts.minfreespace),
+            opts: cfg.opts.clone(),
+        };
         Ok(UnionFs {
-            branches: Branches::new(roots, infos),
+            current: arc_swap::ArcSwap::from_pointee(view),
+            number: view::next_fs_number(),
+            editing: Default::default(),
             cfg,
             resolve,
             inodes,
@@ -246,27 +255,39 @@ impl UnionFs {
 
     /// The `O_PATH` descriptors of the branch roots, in branch order (for the sandbox to
     /// bind-mount).
-    pub fn root_fds(&self) -> Vec<(std::os::fd::BorrowedFd<'_>, &std::path::Path)> {
-        self.branches
+    pub fn root_fds(&self) -> Vec<(OwnedFd, PathBuf)> {
+        self.view()
+            .branches
             .roots()
-            .zip(&self.cfg.branches)
-            .map(|((_, r), b)| (r.fd.as_fd(), b.path.as_path()))
+            .filter_map(|(_, r)| Some((r.fd.try_clone().ok()?, r.path.clone())))
             .collect()
     }
 
     /// Replaces the branch root descriptors with `fds` (the same directories, opened again
     /// from inside the sandbox); EXDEV if one is not on its branch's filesystem.
     pub fn replace_roots(&mut self, fds: Vec<OwnedFd>) -> io::Result<()> {
-        if fds.len() != self.branches.len() {
+        let old = self.view();
+        if fds.len() != old.branches.len() {
             return Err(errno(libc::EINVAL));
         }
-        for (root, fd) in self.branches.roots_mut().zip(fds) {
+        let mut roots = Vec::with_capacity(fds.len());
+        for ((_, root), fd) in old.branches.roots().zip(fds) {
             let st = crate::sys::beneath::stat_fd(fd.as_fd())?;
             if st.st_dev != root.dev {
                 return Err(errno(libc::EXDEV));
             }
-            root.fd = fd;
+            roots.push(Root {
+                fd,
+                dev: root.dev,
+                path: root.path.clone(),
+                handle_mount: Default::default(),
+            });
         }
+        let specs = old.branches.specs().to_vec();
+        self.current.store(Arc::new(View {
+            branches: Branches::new(roots, specs, old.opts.minfreespace),
+            opts: old.opts.clone(),
+        }));
         Ok(())
     }
 
@@ -302,7 +323,7 @@ impl UnionFs {
             let reserve = FD_RESERVE.max(limit / 10);
             let budget = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
             self.inodes
-                .set_capacity((budget / 4).clamp(1, self.cfg.opts.node_fds));
+                .set_capacity((budget / 4).clamp(1, self.view().opts.node_fds));
             budget
         })
     }
@@ -360,7 +381,7 @@ impl FileSystem for UnionFs {
         // Whether each branch's nodes use file handles, worked out (and logged) now, in the
         // serving process.
         self.probe_branches();
-        Ok(self.negotiated.init(&self.cfg.opts, capable))
+        Ok(self.negotiated.init(&self.view().opts, capable))
     }
 
     fn destroy(&self) {

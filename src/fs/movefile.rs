@@ -29,7 +29,7 @@ impl UnionFs {
     /// afterwards. Fails (and changes nothing) if no other branch qualifies.
     pub(crate) fn move_on_enospc(&self, h: &FileHandle) -> io::Result<()> {
         let policy = self
-            .cfg
+            .view()
             .opts
             .moveonenospc
             .ok_or_else(|| errno(libc::ENOSPC))?;
@@ -38,14 +38,16 @@ impl UnionFs {
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);
         // The current branch must not be chosen again: present it as read-only to the policy.
-        let mut infos = self.branches.infos().to_vec();
-        infos[from].mode = BranchMode::RO;
         let probe = super::resolve::OpeningProbe::new(self, &parent);
-        let to = *policy
+        let mut infos = probe.infos().to_vec();
+        if let Some(pos) = probe.position(from) {
+            infos[pos].mode = BranchMode::RO;
+        }
+        let to = probe.id(*policy
             .select(Category::Create, &infos, parent.to_bytes(), &probe)
             .map_err(errno)?
             .first()
-            .ok_or_else(|| errno(libc::ENOSPC))?;
+            .ok_or_else(|| errno(libc::ENOSPC))?);
         if self.open_on(to, &parent).is_err() {
             self.clone_path(from, to, &parent)?;
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rustix::fs::OFlags;
 
-use super::branches::HandleMount;
+use super::branches::{HandleMount, Root};
 use super::inode::{Bind, Bound, Key};
 use super::resolve::Found;
 use super::{errno, UnionFs};
@@ -47,18 +47,21 @@ impl UnionFs {
     /// The mount id of `branch`'s root when its nodes use file handles: worked out once per
     /// branch, in the serving process (after the sandbox, whose mounts have ids of their
     /// own, and which may have taken the capability to open handles).
-    fn handle_mount(&self, branch: usize) -> Option<&HandleMount> {
-        if self.cfg.opts.file_handles == FileHandles::Never {
+    fn handle_mount(&self, branch: usize) -> Option<Mounted> {
+        let view = self.view();
+        let handles = view.opts.file_handles;
+        if handles == FileHandles::Never {
             return None;
         }
-        self.branches
+        let root = view.branches.root(branch)?.clone();
+        view.branches
             .handle_mount(branch, |root| match probe_handles(root) {
                 Ok(m) => {
                     log::info!("branch {branch}: nodes use file handles");
                     Some(m)
                 }
                 Err(e) => {
-                    let level = if self.cfg.opts.file_handles == FileHandles::Mandatory {
+                    let level = if handles == FileHandles::Mandatory {
                         log::Level::Error
                     } else {
                         log::Level::Warn
@@ -69,12 +72,13 @@ impl UnionFs {
                     );
                     None
                 }
-            })
+            })?;
+        Some(Mounted(root))
     }
 
     /// Works out (and logs) whether each branch's nodes use file handles.
     pub(crate) fn probe_branches(&self) {
-        for b in self.branches.indices() {
+        for b in self.view().branches.indices() {
             self.handle_mount(b);
         }
     }
@@ -86,6 +90,12 @@ impl UnionFs {
         let (branch, handle, key) = match self.inodes.bound(inode) {
             None => return Ok(None),
             Some(Bound::Lost) => return Err(errno(libc::EIO)),
+            // A removed branch's nodes are stale, never another branch's objects.
+            Some(Bound::Open(branch, _) | Bound::Closed { branch, .. })
+                if !self.view().branches.is_live(branch) =>
+            {
+                return Err(errno(libc::ESTALE))
+            }
             Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd))),
             Some(Bound::Closed {
                 branch,
@@ -110,6 +120,20 @@ impl UnionFs {
             branch,
             self.inodes.reopened(inode, key, Arc::new(fd)),
         )))
+    }
+}
+
+/// A branch root whose nodes use file handles: its [`HandleMount`].
+pub(crate) struct Mounted(Arc<Root>);
+
+impl std::ops::Deref for Mounted {
+    type Target = HandleMount;
+    fn deref(&self) -> &HandleMount {
+        self.0
+            .handle_mount
+            .get()
+            .and_then(Option::as_ref)
+            .expect("made only for a root with a handle mount")
     }
 }
 

@@ -68,6 +68,12 @@ pub trait OwnOps {
     /// the end of the session).
     fn wake_waits(&self) {}
 
+    /// Called before each request: what it returns lives while the request is served (the
+    /// union pins the branch set and options the request sees).
+    fn begin_request(&self) -> Option<super::ViewScope> {
+        None
+    }
+
     /// SYNCFS: flush every filesystem written through.
     fn syncfs(&self, ctx: &Context, inode: u64) -> io::Result<()> {
         let _ = (ctx, inode);
@@ -168,7 +174,7 @@ impl OwnOps for super::UnionFs {
         owner: u64,
         lk: FileLock,
     ) -> io::Result<FileLock> {
-        if !self.cfg.opts.host_locks {
+        if !self.view().opts.host_locks {
             return enosys();
         }
         super::ops::lock::getlk(self, inode, fh, owner, lk)
@@ -185,10 +191,14 @@ impl OwnOps for super::UnionFs {
         wait: bool,
         cancelled: &dyn Fn() -> Option<Cancel>,
     ) -> io::Result<()> {
-        if !self.cfg.opts.host_locks {
+        if !self.view().opts.host_locks {
             return enosys();
         }
         super::ops::lock::setlk(self, inode, fh, owner, lk, flock, wait, cancelled)
+    }
+
+    fn begin_request(&self) -> Option<super::ViewScope> {
+        Some(self.pin_view())
     }
 
     fn wake_waits(&self) {
@@ -240,7 +250,7 @@ impl OwnOps for super::UnionFs {
     }
 
     fn init_extra(&self, offered: u64) -> io::Result<u64> {
-        self.negotiated.init_extra(&self.cfg.opts, offered)
+        self.negotiated.init_extra(&self.view().opts, offered)
     }
 
     fn extra_flags(&self) -> u64 {

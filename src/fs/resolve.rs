@@ -7,12 +7,13 @@ use std::collections::hash_map::DefaultHasher;
 use std::ffi::{CStr, CString};
 use std::hash::{Hash, Hasher};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
+use super::branches::Root;
 use super::{errno, UnionFs};
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
@@ -33,6 +34,8 @@ pub(crate) struct Found {
 /// A probe over the real branches that remembers what it opened for one path.
 pub(crate) struct OpeningProbe<'a> {
     fs: &'a UnionFs,
+    /// The request's view: the policies' branch positions are its branch order.
+    view: Arc<super::view::View>,
     rel: &'a CStr,
     cache: RefCell<Vec<Option<Option<Found>>>>,
     /// The first failure that was not "no such entry" (EMFILE, ENOMEM, EIO…): a probe that
@@ -42,9 +45,11 @@ pub(crate) struct OpeningProbe<'a> {
 
 impl<'a> OpeningProbe<'a> {
     pub(crate) fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
-        let cache = RefCell::new(fs.branches.indices().map(|_| None).collect());
+        let view = fs.view();
+        let cache = RefCell::new(view.branches.indices().map(|_| None).collect());
         OpeningProbe {
             fs,
+            view,
             rel,
             cache,
             error: RefCell::new(None),
@@ -62,13 +67,29 @@ impl<'a> OpeningProbe<'a> {
         }
     }
 
-    pub(crate) fn open(&self, branch: usize) -> Option<Found> {
-        self.note(self.fs.lookup_on(branch, self.rel))
+    /// What is at the probe's path on the branch at `pos` in branch order.
+    pub(crate) fn open(&self, pos: usize) -> Option<Found> {
+        self.note(self.fs.lookup_on(self.id(pos), self.rel))
     }
 
-    fn take(&self, branch: usize) -> io::Result<Found> {
-        let cached = self.cache.borrow_mut()[branch].take().flatten();
-        match cached.or_else(|| self.open(branch)) {
+    /// The id of the branch at `pos` in branch order.
+    pub(crate) fn id(&self, pos: usize) -> usize {
+        self.view.branches.id_at(pos)
+    }
+
+    /// Where branch `id` stands in the probe's branch order.
+    pub(crate) fn position(&self, id: usize) -> Option<usize> {
+        self.view.branches.position(id)
+    }
+
+    /// Mode and floor of each branch, in the probe's branch order.
+    pub(crate) fn infos(&self) -> &[crate::union::policy::BranchInfo] {
+        self.view.branches.infos()
+    }
+
+    fn take(&self, pos: usize) -> io::Result<Found> {
+        let cached = self.cache.borrow_mut()[pos].take().flatten();
+        match cached.or_else(|| self.open(pos)) {
             Some(f) => Ok(f),
             None => Err(self.failure(errno(libc::ENOENT))),
         }
@@ -104,7 +125,7 @@ fn is_absent(e: &io::Error) -> bool {
 
 impl Probe for OpeningProbe<'_> {
     fn space(&self, branch: usize) -> Option<Space> {
-        let st = rustix::fs::fstatvfs(self.fs.root(branch)).ok()?;
+        let st = rustix::fs::fstatvfs(self.fs.root(self.id(branch)).ok()?.as_fd()).ok()?;
         Some(Space {
             avail: st.f_bavail.saturating_mul(st.f_frsize),
             total: st.f_blocks.saturating_mul(st.f_frsize),
@@ -117,7 +138,7 @@ impl Probe for OpeningProbe<'_> {
             self.cache.borrow()[branch].as_ref()?.as_ref()?.st
         } else {
             let r = CString::new(rel).ok()?;
-            let fd = self.note(present(self.fs.open_on(branch, &r)))?;
+            let fd = self.note(present(self.fs.open_on(self.id(branch), &r)))?;
             beneath::stat_fd(fd.as_fd()).ok()?
         };
         Some(st.st_mtime)
@@ -132,7 +153,9 @@ impl Probe for OpeningProbe<'_> {
             let Ok(r) = CString::new(rel) else {
                 return false;
             };
-            return self.note(present(self.fs.open_on(branch, &r))).is_some();
+            return self
+                .note(present(self.fs.open_on(self.id(branch), &r)))
+                .is_some();
         }
         let mut cache = self.cache.borrow_mut();
         cache[branch]
@@ -208,22 +231,21 @@ pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: 
 }
 
 impl UnionFs {
-    /// The `O_PATH` root descriptor of `branch`.
-    pub(crate) fn root(&self, branch: usize) -> BorrowedFd<'_> {
-        self.branches.fd(branch)
+    /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
+    pub(crate) fn root(&self, branch: usize) -> io::Result<Arc<Root>> {
+        self.view()
+            .branches
+            .root(branch)
+            .cloned()
+            .ok_or_else(|| errno(libc::ESTALE))
     }
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
     fn select(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
-        let policy = self.cfg.opts.policies.get(func);
+        let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
-            .select(
-                func.category(),
-                self.branches.infos(),
-                rel.to_bytes(),
-                &probe,
-            )
+            .select(func.category(), probe.infos(), rel.to_bytes(), &probe)
             .map_err(|e| probe.failure(errno(e)))?;
         chosen.into_iter().map(|b| probe.take(b)).collect()
     }
@@ -234,7 +256,7 @@ impl UnionFs {
     /// search policy of its own (not the getattr policy) and the node still has a name is the
     /// policy run on the node's path; an unbound node (the root) is found by its path too.
     pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
-        let policies = &self.cfg.opts.policies;
+        let policies = &self.view().opts.policies;
         let own_policy = policies.get(func) != policies.get(Func::Getattr);
         if !own_policy || !self.inodes.linked(inode) {
             match self.node_fd(inode) {
@@ -269,10 +291,10 @@ impl UnionFs {
     /// numbers, symlinkify (a symlink's size is its host path's length) and merged directories
     /// (their times come from every branch).
     pub(crate) fn attr_needs_path(&self, st: &stat64) -> bool {
-        let o = &self.cfg.opts;
+        let o = &self.view().opts;
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         o.symlinkify
-            || (is_dir && self.branches.len() > 1)
+            || (is_dir && self.view().branches.len() > 1)
             || match o.inodecalc {
                 InodeCalc::PathHash | InodeCalc::PathHash32 => true,
                 InodeCalc::HybridHash | InodeCalc::HybridHash32 => is_dir,
@@ -286,11 +308,19 @@ impl UnionFs {
     /// of distinct subdirectories in the union. `bound` is the copy `st` came from; a directory
     /// on one branch keeps the host's own values.
     pub(crate) fn merge_dir_attrs(&self, st: &mut stat64, rel: &CStr, bound: &Found) {
-        if self.branches.len() < 2 || st.st_mode & libc::S_IFMT != libc::S_IFDIR || rel.is_empty() {
+        if self.view().branches.len() < 2
+            || st.st_mode & libc::S_IFMT != libc::S_IFDIR
+            || rel.is_empty()
+        {
             return;
         }
         let mut copies = Vec::new();
-        for b in self.branches.indices().filter(|&b| b != bound.branch) {
+        for b in self
+            .view()
+            .branches
+            .indices()
+            .filter(|&b| b != bound.branch)
+        {
             let Ok(fd) = self.open_on(b, rel) else {
                 continue;
             };
@@ -344,7 +374,7 @@ impl UnionFs {
     pub(crate) fn action(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
         match self.select(func, rel) {
             // Copy-on-write: only RO copies, so the visible one is copied up and changed there.
-            Err(e) if self.cfg.opts.cow && e.raw_os_error() == Some(libc::EROFS) => {
+            Err(e) if self.view().opts.cow && e.raw_os_error() == Some(libc::EROFS) => {
                 let f = self.search(Func::Getattr, rel)?;
                 self.copy_up(rel, &f)?;
                 self.select(func, rel)
@@ -357,12 +387,12 @@ impl UnionFs {
     /// each with the `O_PATH` descriptor of that parent there. A policy that is not
     /// path-preserving may choose a branch lacking the parent: its path is cloned there first.
     pub(crate) fn create_targets(&self, func: Func, parent_rel: &CStr) -> io::Result<Vec<Found>> {
-        let policy = self.cfg.opts.policies.get(func);
+        let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, parent_rel);
         let chosen = policy
             .select(
                 func.category(),
-                self.branches.infos(),
+                probe.infos(),
                 parent_rel.to_bytes(),
                 &probe,
             )
@@ -373,7 +403,7 @@ impl UnionFs {
                 Ok(f) => f,
                 Err(_) => {
                     let from = self.search(Func::Getattr, parent_rel)?;
-                    self.clone_path(from.branch, b, parent_rel)?;
+                    self.clone_path(from.branch, probe.id(b), parent_rel)?;
                     probe.open(b).ok_or_else(|| errno(libc::ENOENT))?
                 }
             };
@@ -387,13 +417,15 @@ impl UnionFs {
 
     /// Whether `rel` exists on any branch.
     pub(crate) fn exists_anywhere(&self, rel: &CStr) -> bool {
-        if self.cfg.opts.cow {
+        if self.view().opts.cow {
             return self
+                .view()
                 .branches
                 .indices()
                 .any(|b| self.find_on(b, rel).is_some());
         }
-        self.branches
+        self.view()
+            .branches
             .indices()
             .any(|b| self.open_on(b, rel).is_ok())
     }
@@ -402,7 +434,7 @@ impl UnionFs {
     /// Earlier components follow symlinks (inside the branch) only when `follow-symlinks`
     /// covers directories; otherwise no symlink is ever followed.
     pub(crate) fn open_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
-        beneath::open_path_with(self.root(branch), rel, self.resolve, false)
+        beneath::open_path_with(self.root(branch)?.as_fd(), rel, self.resolve, false)
     }
 
     /// `rel` on `branch` as lookups see it: a symlink whose target kind `follow-symlinks`
@@ -419,19 +451,23 @@ impl UnionFs {
         };
         let st = beneath::stat_fd(fd.as_fd())?;
         // Copy-on-write layers: whiteouts are never shown, nor what a layer above hides.
-        if self.cfg.opts.cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
+        if self.view().opts.cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
             return Ok(None);
         }
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK
-            && self.cfg.opts.follow_symlinks != FollowSymlinks::Never
+            && self.view().opts.follow_symlinks != FollowSymlinks::Never
         {
-            let followed =
-                beneath::open_path_with(self.root(branch), rel, beneath::RESOLVE_IN_ROOT, true)
-                    .ok()
-                    .and_then(|t| Some((beneath::stat_fd(t.as_fd()).ok()?, t)));
+            let followed = beneath::open_path_with(
+                self.root(branch)?.as_fd(),
+                rel,
+                beneath::RESOLVE_IN_ROOT,
+                true,
+            )
+            .ok()
+            .and_then(|t| Some((beneath::stat_fd(t.as_fd()).ok()?, t)));
             if let Some((tst, t)) = followed {
                 let kind = tst.st_mode & libc::S_IFMT;
-                let follow = match self.cfg.opts.follow_symlinks {
+                let follow = match self.view().opts.follow_symlinks {
                     FollowSymlinks::Never => false,
                     FollowSymlinks::Directory => kind == libc::S_IFDIR,
                     FollowSymlinks::Regular => kind == libc::S_IFREG,
@@ -453,7 +489,10 @@ impl UnionFs {
         };
         // Copy-on-write: another name of this base file was copied up; this name is linked
         // to that copy too, so that every name shows (and keeps, on disk) the one file.
-        if self.cfg.opts.cow && self.branches.is_ro(branch) && self.has_copied_alias(&found) {
+        if self.view().opts.cow
+            && self.view().branches.is_ro(branch)
+            && self.has_copied_alias(&found)
+        {
             return self.copy_up(rel, &found).map(Some);
         }
         Ok(Some(found))
@@ -475,13 +514,19 @@ impl UnionFs {
     /// their union path, everything else by host device and inode (mergerfs's hybrid-hash).
     pub(crate) fn union_ino(&self, st: &stat64, rel: &[u8]) -> u64 {
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        ino_for(self.cfg.opts.inodecalc, is_dir, rel, st.st_dev, st.st_ino)
+        ino_for(
+            self.view().opts.inodecalc,
+            is_dir,
+            rel,
+            st.st_dev,
+            st.st_ino,
+        )
     }
 
     /// Whether `symlinkify` shows `f` as a symlink: a regular file without write bits whose
     /// mtime and ctime are both older than `symlinkify_timeout` (mergerfs's rule).
     pub(crate) fn symlinkified(&self, f: &Found) -> bool {
-        let o = &self.cfg.opts;
+        let o = &self.view().opts;
         if !o.symlinkify || f.st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return false;
         }
@@ -498,7 +543,7 @@ impl UnionFs {
     /// The guest's path of union path `rel`, under `mountpoint` (for the abs-*symlink modes).
     pub(crate) fn pool_path(&self, rel: &[u8]) -> Vec<u8> {
         let mut p = self
-            .cfg
+            .view()
             .opts
             .mountpoint
             .trim_end_matches('/')
@@ -511,11 +556,10 @@ impl UnionFs {
 
     /// The host path of `rel` on `branch` (what a symlinkified file points to).
     pub(crate) fn host_path(&self, branch: usize, rel: &CStr) -> Vec<u8> {
-        let mut p = self.cfg.branches[branch]
-            .path
-            .as_os_str()
-            .as_encoded_bytes()
-            .to_vec();
+        let mut p = match self.root(branch) {
+            Ok(r) => r.path.as_os_str().as_encoded_bytes().to_vec(),
+            Err(_) => Vec::new(),
+        };
         p.push(b'/');
         p.extend_from_slice(rel.to_bytes());
         p
@@ -564,8 +608,8 @@ impl UnionFs {
             } else {
                 0
             },
-            attr_timeout: self.cfg.opts.cache_attr,
-            entry_timeout: self.cfg.opts.cache_entry,
+            attr_timeout: self.view().opts.cache_attr,
+            entry_timeout: self.view().opts.cache_entry,
         })
     }
 }

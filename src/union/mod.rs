@@ -2,6 +2,7 @@
 //! virtio types, so every policy is a pure function unit-tested with a fake probe.
 
 pub mod branch;
+pub mod edit;
 pub mod errno;
 pub mod policy;
 pub mod size;

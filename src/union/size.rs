@@ -35,6 +35,16 @@ pub fn parse_size(s: &str) -> Result<u64, ParseSizeError> {
     Ok(v as u64)
 }
 
+/// A size as mergerfs shows it: the largest of T, G, M or K that divides it exactly, else bytes.
+pub fn humanize(bytes: u64) -> String {
+    for (unit, shift) in [('T', 40), ('G', 30), ('M', 20), ('K', 10)] {
+        if bytes >= 1 << 10 && bytes % (1u64 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +61,16 @@ mod tests {
         for bad in ["", "G", "-1G", "x", "1Q", "99999999999T"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn humanizes_as_mergerfs() {
+        assert_eq!(humanize(0), "0");
+        assert_eq!(humanize(1023), "1023");
+        assert_eq!(humanize(4 << 30), "4G");
+        assert_eq!(humanize(3072), "3K");
+        assert_eq!(humanize(1536), "1536");
+        assert_eq!(humanize((1 << 20) + 1), "1048577");
+        assert_eq!(humanize(u32::MAX as u64), "4294967295");
     }
 }

@@ -269,6 +269,7 @@ where
             hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
         );
         let result = catch_unwind(AssertUnwindSafe(|| {
+            let _view = self.fs.begin_request();
             self.serve(&hdr, info, r, mem, &chain, queue_size)
         }))
         .unwrap_or_else(|_| {

@@ -27,7 +27,7 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
     if let Some(fh) = handle {
         if let Ok(h) = fs.handles.file(fh, inode) {
             let st = beneath::stat_fd(h.as_file()?.fd.as_fd())?;
-            return Ok((fs.union_attr(st, b""), fs.cfg.opts.cache_attr));
+            return Ok((fs.union_attr(st, b""), fs.view().opts.cache_attr));
         }
     }
     let f = fs.search_node(Func::Getattr, inode)?;
@@ -39,7 +39,7 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
     };
     let mut st = fs.shown(&f, &rel);
     fs.merge_dir_attrs(&mut st, &rel, &f);
-    Ok((fs.union_attr(st, rel.to_bytes()), fs.cfg.opts.cache_attr))
+    Ok((fs.union_attr(st, rel.to_bytes()), fs.view().opts.cache_attr))
 }
 
 /// Applies the changes `valid` selects to the copies of `inode` that each change's function
@@ -56,7 +56,7 @@ pub fn setattr(
     handle: Option<u64>,
     valid: SetattrValid,
 ) -> io::Result<(stat64, Duration)> {
-    let kill = valid.contains(SetattrValid::KILL_SUIDGID) && fs.cfg.opts.killpriv_v2;
+    let kill = valid.contains(SetattrValid::KILL_SUIDGID) && fs.view().opts.killpriv_v2;
     let valid = valid & !SetattrValid::KILL_SUIDGID;
     // ftruncate on an open file changes exactly that file.
     if valid == SetattrValid::SIZE {
@@ -240,7 +240,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
 pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
     let f = fs.search_node(Func::Access, inode)?;
-    if mask & libc::W_OK as u32 != 0 && fs.branches.is_ro(f.branch) {
+    if mask & libc::W_OK as u32 != 0 && fs.view().branches.is_ro(f.branch) {
         return Err(errno(libc::EROFS));
     }
     if mask == libc::F_OK as u32 || is_type(&f.st, libc::S_IFLNK) {

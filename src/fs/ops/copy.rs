@@ -61,8 +61,8 @@ pub fn copy_file_range(
     }
     // As for WRITE with KILLPRIV_V2: a copy into a file with set-user/group-ID bits clears
     // them, as the host kernel does for a writer without CAP_FSETID.
-    let _killpriv =
-        (fs.cfg.opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode)).then(caps::without_fsetid);
+    let _killpriv = (fs.view().opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode))
+        .then(caps::without_fsetid);
     match crate::sys::file::copy_range(fin, off_in, fout, off_out, len) {
         Err(e)
             if matches!(

@@ -323,8 +323,8 @@ pub fn tmpfile(
         generation: 0,
         attr: fs.union_attr(st, b""),
         attr_flags: 0,
-        attr_timeout: fs.cfg.opts.cache_attr,
-        entry_timeout: fs.cfg.opts.cache_entry,
+        attr_timeout: fs.view().opts.cache_attr,
+        entry_timeout: fs.view().opts.cache_entry,
     };
     let opts = crate::fs::ops::open::open_options(fs, inode, &st);
     let fh = fs.new_handle(Handle::File(FileHandle {

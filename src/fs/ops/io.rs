@@ -28,7 +28,7 @@ pub fn read(
     let h = fs.handles.file(fh, inode)?;
     let fd = h.as_file()?.fd.as_fd();
     let size = size as usize;
-    if fs.cfg.opts.nullrw {
+    if fs.view().opts.nullrw {
         // The transport's top speed: the reply claims the bytes without filling them.
         return Ok(size.min(w.available_bytes()));
     }
@@ -63,14 +63,14 @@ pub fn write(
     let h = fs.handles.file(fh, inode)?;
     let fd = h.as_file()?.fd.as_fd();
     let size = size as usize;
-    if fs.cfg.opts.nullrw {
+    if fs.view().opts.nullrw {
         return Ok(size);
     }
     // An unprivileged writer clears set-user/group-ID bits, as the host kernel does for a
     // writer without CAP_FSETID: one the guest names (KILLPRIV_V2), or a caller that is not
     // root on the host (a guest root squashed by the id map). Checked first: one fstat, no
     // capset for the usual file without those bits, nothing at all for a root caller.
-    let unprivileged = (write_flags & WRITE_KILL_PRIV != 0 && fs.cfg.opts.killpriv_v2)
+    let unprivileged = (write_flags & WRITE_KILL_PRIV != 0 && fs.view().opts.killpriv_v2)
         || (ctx.uid != 0 && creds::acts_as_caller());
     let _killpriv = (unprivileged
         && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
@@ -80,7 +80,7 @@ pub fn write(
     while done < size {
         let n = match with_file(fd, |f| r.read_to(f, size - done, offset + done as u64)) {
             // A failed read_to consumed nothing, so the rest can be retried on the new branch.
-            Err(e) if is_out_of_space(&e) && !moved && fs.cfg.opts.moveonenospc.is_some() => {
+            Err(e) if is_out_of_space(&e) && !moved && fs.view().opts.moveonenospc.is_some() => {
                 fs.move_on_enospc(h.as_file()?).map_err(|m| {
                     log::warn!("moveonenospc failed: {m}");
                     e

@@ -36,7 +36,7 @@ pub fn ioctl(
                 .as_file()?
                 .branch
                 .load(std::sync::atomic::Ordering::Acquire);
-            if fs.branches.is_ro(branch) {
+            if fs.view().branches.is_ro(branch) {
                 return Err(io::Error::from_raw_os_error(libc::EROFS));
             }
             inode_ioctl(fd, cmd, &mut arg)?;

@@ -67,7 +67,7 @@ fn link_on_branches(
     newname: &CStr,
 ) -> io::Result<usize> {
     let (old_parent, old_name) = split_parent(old_rel);
-    let preserve = fs.cfg.opts.policies.get(Func::Create).path_preserving();
+    let preserve = fs.view().opts.policies.get(Func::Create).path_preserving();
     let mut fold = ErrnoFold::new();
     let mut first = None;
     for f in fs.action(Func::Link, old_rel)? {
@@ -111,19 +111,12 @@ fn exdev(
     newparent: u64,
     newname: &CStr,
 ) -> io::Result<Entry> {
-    let target: Vec<u8> = match fs.cfg.opts.link_exdev {
+    let target: Vec<u8> = match fs.view().opts.link_exdev {
         LinkExdev::Passthrough => return Err(errno(libc::EXDEV)),
         LinkExdev::RelSymlink => relative(old_rel.to_bytes(), new_parent.to_bytes()),
         LinkExdev::AbsBaseSymlink => {
             let f = fs.search(Func::Open, old_rel)?;
-            let mut t = fs.cfg.branches[f.branch]
-                .path
-                .as_os_str()
-                .as_encoded_bytes()
-                .to_vec();
-            t.push(b'/');
-            t.extend_from_slice(old_rel.to_bytes());
-            t
+            fs.host_path(f.branch, old_rel)
         }
         LinkExdev::AbsPoolSymlink => fs.pool_path(old_rel.to_bytes()),
     };
@@ -175,7 +168,7 @@ fn link_unnamed(
         return Err(errno(libc::EEXIST));
     }
     let new_parent = fs.inodes.path(newparent)?;
-    if fs.branches.is_ro(branch) {
+    if fs.view().branches.is_ro(branch) {
         return Err(errno(libc::EROFS));
     }
     let nd = fs

@@ -422,7 +422,7 @@ fn step(
         w.since = Instant::now();
         w.poll = POLL_FIRST;
     }
-    let opts = &fs.cfg.opts;
+    let opts = &fs.view().opts;
     let mut nap = if inside {
         RECHECK
     } else {

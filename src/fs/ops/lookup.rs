@@ -20,7 +20,7 @@ pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
         Ok(found) => fs.entry_for(parent, name, &rel, &found),
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT)
-                && !fs.cfg.opts.cache_negative_entry.is_zero() =>
+                && !fs.view().opts.cache_negative_entry.is_zero() =>
         {
             Ok(Entry {
                 inode: 0,
@@ -28,7 +28,7 @@ pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
                 attr: zeroed_stat(),
                 attr_flags: 0,
                 attr_timeout: Default::default(),
-                entry_timeout: fs.cfg.opts.cache_negative_entry,
+                entry_timeout: fs.view().opts.cache_negative_entry,
             })
         }
         Err(e) => Err(e),

@@ -43,7 +43,7 @@ pub fn guest_open_flags(flags: u32, preserve_noatime: bool) -> OFlags {
 /// O_APPEND dropped, because the guest then computes every write's offset itself (a host
 /// O_APPEND would move each one to the host's end of file).
 pub fn host_open_flags(fs: &UnionFs, flags: u32) -> OFlags {
-    let mut f = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
+    let mut f = guest_open_flags(flags, fs.view().opts.preserve_noatime);
     if fs.writeback_active() {
         if f & OFlags::RWMODE == OFlags::WRONLY {
             f = (f & !OFlags::RWMODE) | OFlags::RDWR;
@@ -61,7 +61,7 @@ fn wants_write(flags: OFlags) -> bool {
 /// from `direct-io` and `cache.files` (`auto-full` keeps the cache while mtime and size are
 /// unchanged since the previous open).
 pub(crate) fn open_options(fs: &UnionFs, inode: u64, st: &libc::stat64) -> OpenOptions {
-    let o = &fs.cfg.opts;
+    let o = &fs.view().opts;
     if o.direct_io {
         return OpenOptions::DIRECT_IO;
     }
@@ -88,7 +88,7 @@ pub fn open(
     flags: u32,
     open_flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-    let wanted = guest_open_flags(flags, fs.cfg.opts.preserve_noatime);
+    let wanted = guest_open_flags(flags, fs.view().opts.preserve_noatime);
     let flags = host_open_flags(fs, flags);
     let mut f = fs.search_node(Func::Open, inode)?;
     match f.st.st_mode & libc::S_IFMT {
@@ -97,14 +97,14 @@ pub fn open(
         libc::S_IFLNK => return Err(errno(libc::ELOOP)),
         _ => return Err(errno(libc::EACCES)),
     }
-    if wants_write(flags) && fs.branches.is_ro(f.branch) {
-        if !fs.cfg.opts.cow {
+    if wants_write(flags) && fs.view().branches.is_ro(f.branch) {
+        if !fs.view().opts.cow {
             return Err(errno(libc::EROFS));
         }
         // Copy-on-write: the file is copied up and opened there (the node follows it).
         f = fs.copy_up(&fs.inodes.path(inode)?, &f)?;
     }
-    if fs.cfg.opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
+    if fs.view().opts.link_cow && wants_write(flags) && f.st.st_nlink > 1 {
         break_link(fs, &f, &fs.inodes.path(inode)?)?;
         fs.inodes.unbind(inode);
         f = fs.search_node(Func::Open, inode)?;
@@ -114,7 +114,7 @@ pub fn open(
         // set-user/group-ID bits, as the host kernel does without CAP_FSETID.
         let _killpriv = (open_flags & FOPEN_IN_KILL_SUIDGID != 0
             && flags.contains(OFlags::TRUNC)
-            && fs.cfg.opts.killpriv_v2
+            && fs.view().opts.killpriv_v2
             && caps::mode_has_privs(f.st.st_mode))
         .then(caps::without_fsetid);
         // As the caller: the host checks its permission, and truncates as it would.
@@ -164,7 +164,7 @@ pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
     }
     fs.handles.file(fh, inode)?;
     let h = fs.handles.remove(fh)?;
-    if fs.cfg.opts.dropcacheonclose {
+    if fs.view().opts.dropcacheonclose {
         let fd = h.as_file()?.fd.as_fd();
         // Advisory: a failure here must not fail the close.
         let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed);

@@ -35,7 +35,7 @@ pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
 /// it, and its number is computed as getattr would (the search policy also takes the first).
 fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
-    let calc = fs.cfg.opts.inodecalc;
+    let calc = fs.view().opts.inodecalc;
     let parent = if rel.to_bytes() == b"." {
         rel.to_owned()
     } else {
@@ -65,6 +65,7 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
     // Names need de-duplicating only against branches listed before; a directory on one
     // branch (the common case) needs no set at all.
     let dirs: Vec<_> = fs
+        .view()
         .branches
         .indices()
         .filter_map(|b| fs.find_on(b, rel))
@@ -81,7 +82,7 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
                 continue;
             }
             // Copy-on-write: a whiteout is not shown, and hides the name on later branches.
-            if fs.cfg.opts.cow && e.dtype == u32::from(libc::DT_CHR) {
+            if fs.view().opts.cow && e.dtype == u32::from(libc::DT_CHR) {
                 let name = std::ffi::CString::new(e.name.clone()).expect("no NUL in a name");
                 let st = rustix::fs::statat(&*dir.fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
                 if st.is_ok_and(|st| crate::fs::cow::is_whiteout(&st)) {

@@ -25,7 +25,7 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     } else {
         AtFlags::empty()
     };
-    if fs.cfg.opts.cow {
+    if fs.view().opts.cow {
         return cow_remove(fs, ctx, parent, name, &rel, &parent_rel, dir);
     }
     if dir {
@@ -63,6 +63,7 @@ fn cow_remove(
     dir: bool,
 ) -> io::Result<()> {
     let copies: Vec<_> = fs
+        .view()
         .branches
         .indices()
         .filter_map(|b| fs.find_on(b, rel))
@@ -88,7 +89,10 @@ fn cow_remove(
     } else {
         AtFlags::empty()
     };
-    for f in copies.iter().filter(|f| !fs.branches.is_ro(f.branch)) {
+    for f in copies
+        .iter()
+        .filter(|f| !fs.view().branches.is_ro(f.branch))
+    {
         let d = fs.dir_on(f.branch, parent_rel)?;
         fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
             Ok(rustix::fs::unlinkat(&d, name, flags)?)
@@ -109,6 +113,7 @@ impl UnionFs {
     /// copy answers ENOTEMPTY itself).
     pub(crate) fn check_union_empty(&self, rel: &CStr, min_copies: usize) -> io::Result<()> {
         let copies: Vec<_> = self
+            .view()
             .branches
             .indices()
             .filter_map(|b| self.dir_on(b, rel).ok())
@@ -118,7 +123,7 @@ impl UnionFs {
         }
         for d in copies {
             let listed = beneath::list_dir(d.as_fd())?;
-            if self.cfg.opts.cow {
+            if self.view().opts.cow {
                 // Whiteouts and what they hide are not entries of the union.
                 for e in listed {
                     let name = CString::new(e.name).expect("no NUL in a name");
@@ -137,10 +142,14 @@ impl UnionFs {
     /// Before renaming directory `src` over `dst`: ENOTEMPTY if `dst` is a directory that is
     /// not empty in the union.
     pub(crate) fn check_union_empty_target(&self, src: &CStr, dst: &CStr) -> io::Result<()> {
-        if self.branches.len() < 2 {
+        if self.view().branches.len() < 2 {
             return Ok(());
         }
-        let src_is_dir = self.branches.indices().any(|b| self.dir_on(b, src).is_ok());
+        let src_is_dir = self
+            .view()
+            .branches
+            .indices()
+            .any(|b| self.dir_on(b, src).is_ok());
         if src_is_dir {
             // A target copy on a branch the source is not on would be merged, not replaced.
             self.check_union_empty(dst, 1)?;

@@ -63,7 +63,7 @@ pub fn rename(
         newname,
         ctx,
     };
-    if fs.cfg.opts.cow {
+    if fs.view().opts.cow {
         cow_permitted(fs, &n)?;
         cow_prepare(fs, &n)?;
     }
@@ -105,7 +105,7 @@ fn rename_names(
         return Ok(());
     }
     let mut moved = false;
-    let done = if fs.cfg.opts.policies.get(Func::Create).path_preserving() {
+    let done = if fs.view().opts.policies.get(Func::Create).path_preserving() {
         preserve_path(fs, n)
     } else {
         create_path(fs, n, &mut moved)
@@ -158,7 +158,12 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
     if src.st.st_mode & libc::S_IFMT == libc::S_IFDIR && fs.lower_has(&n.old_rel) {
         fs.copy_up_tree(&n.old_rel)?;
     }
-    for b in fs.branches.indices().filter(|&b| !fs.branches.is_ro(b)) {
+    for b in fs
+        .view()
+        .branches
+        .indices()
+        .filter(|&b| !fs.view().branches.is_ro(b))
+    {
         if let Ok(d) = fs.dir_on(b, &n.new_parent) {
             fs.remove_whiteout(&d, n.newname)?;
         }
@@ -169,7 +174,7 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
 /// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
 /// As the caller, who may lack the permission.
 fn remove_on(fs: &UnionFs, ctx: &Context, branch: usize, rel: &CStr) {
-    if fs.branches.is_ro(branch) {
+    if fs.view().branches.is_ro(branch) {
         return;
     }
     let (parent, name) = split_parent(rel);
@@ -215,7 +220,7 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
     let mut remove = Vec::new();
     let mut success = false;
     let mut refused = None;
-    for b in fs.branches.indices() {
+    for b in fs.view().branches.indices() {
         if !old.contains(&b) {
             remove.push((b, &n.new_rel));
         } else if let Err(e) = rename_on(fs, b, n, RenameFlags::empty()) {
@@ -246,7 +251,7 @@ fn create_path(fs: &UnionFs, n: &Names, moved: &mut bool) -> io::Result<()> {
     let from = fs.search(Func::Getattr, &n.new_parent)?.branch;
     let mut remove = Vec::new();
     let mut last = Ok(());
-    for b in fs.branches.indices() {
+    for b in fs.view().branches.indices() {
         if !old.contains(&b) {
             remove.push((b, &n.new_rel));
             continue;
@@ -271,7 +276,7 @@ fn create_path(fs: &UnionFs, n: &Names, moved: &mut bool) -> io::Result<()> {
 
 /// What `rename-exdev` does when the rename could not stay on its branches.
 fn exdev(fs: &UnionFs, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> {
-    let target = match &fs.cfg.opts.rename_exdev {
+    let target = match &fs.view().opts.rename_exdev {
         RenameExdev::Passthrough => return Err(errno(libc::EXDEV)),
         RenameExdev::RelSymlink => {
             let parked = parked(&n.old_rel);

@@ -18,24 +18,25 @@ use crate::union::BranchMode;
 /// Summed capacity, in units of the first counted branch's fragment size.
 pub fn statfs(fs: &UnionFs, inode: u64) -> io::Result<statvfs64> {
     let rel = fs.inodes.path(inode)?;
-    let opts = &fs.cfg.opts;
+    let view = fs.view();
+    let opts = &view.opts;
     let mut seen = HashSet::new();
     let mut out = zeroed_statvfs();
     let (mut blocks, mut bfree, mut bavail) = (0u128, 0u128, 0u128);
     let mut namemax = u64::MAX;
-    for (b, root) in fs.branches.roots() {
+    for (b, root) in view.branches.roots() {
         if opts.statfs == StatfsMode::Full && fs.open_on(b, &rel).is_err() {
             continue;
         }
         if !seen.insert(root.dev) {
             continue;
         }
-        let st = rustix::fs::fstatvfs(fs.root(b).as_fd())?;
+        let st = rustix::fs::fstatvfs(root.as_fd())?;
         let readonly = st.f_flag.contains(StatVfsMountFlags::RDONLY);
         let ignore_free = match opts.statfs_ignore {
             StatfsIgnore::None => false,
-            StatfsIgnore::Ro => readonly || fs.branches.mode(b) != BranchMode::RW,
-            StatfsIgnore::Nc => fs.branches.mode(b) == BranchMode::NC,
+            StatfsIgnore::Ro => readonly || view.branches.mode(b) != BranchMode::RW,
+            StatfsIgnore::Nc => view.branches.mode(b) == BranchMode::NC,
         };
         if out.f_frsize == 0 {
             out.f_frsize = st.f_frsize.max(1);

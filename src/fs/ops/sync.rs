@@ -13,8 +13,8 @@ use crate::sys::beneath;
 pub fn syncfs(fs: &UnionFs) -> io::Result<()> {
     let mut done: Vec<u64> = Vec::new();
     let mut first_err = None;
-    for (b, root) in fs.branches.roots() {
-        if fs.branches.is_ro(b) || done.contains(&root.dev) {
+    for (b, root) in fs.view().branches.roots() {
+        if fs.view().branches.is_ro(b) || done.contains(&root.dev) {
             continue;
         }
         done.push(root.dev);

@@ -32,7 +32,7 @@ const XATTR_MAX: u32 = 65536;
 
 /// What the configured `xattr=` mode answers instead of passing through, if anything.
 fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
-    match fs.cfg.opts.xattr {
+    match fs.view().opts.xattr {
         XattrMode::Passthrough => Ok(()),
         XattrMode::Noattr => Err(errno(noattr)),
         XattrMode::Nosys => Err(errno(libc::ENOSYS)),
@@ -55,7 +55,7 @@ pub(crate) fn host_name<'a>(
     name: &'a CStr,
     refused: i32,
 ) -> io::Result<Cow<'a, CStr>> {
-    let Some(map) = &fs.cfg.opts.xattrmap else {
+    let Some(map) = &fs.view().opts.xattrmap else {
         return Ok(Cow::Borrowed(name));
     };
     match map.client(name) {
@@ -96,7 +96,7 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
     let f = found(fs, Func::Listxattr, inode)?;
     let p = target(&f)?;
-    if let Some(map) = &fs.cfg.opts.xattrmap {
+    if let Some(map) = &fs.view().opts.xattrmap {
         // The whole host list (at most XATTR_MAX), mapped: its size is the guest's answer
         // to a size query, and the guest's buffer must hold the mapped list, not the host's.
         let mut buf = vec![0u8; XATTR_MAX as usize];

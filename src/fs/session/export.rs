@@ -22,13 +22,12 @@ impl UnionFs {
     /// The session as it stands (the rings stopped: nothing changes it meanwhile).
     pub fn export_session(&self, opts: ExportOptions) -> SessionImage {
         let (records, next_node) = self.inodes.records();
-        let mounts: Vec<Option<i32>> = self
-            .branches
-            .indices()
+        // By branch id (a node names its branch by id; the image by position in branch order).
+        let mounts: Vec<Option<i32>> = (0..self.view().branches.id_bound())
             .map(|b| {
                 opts.handles_allowed
                     .then(|| {
-                        handle::name_to_handle(self.branches.fd(b))
+                        handle::name_to_handle(self.root(b).ok()?.as_fd())
                             .ok()
                             .map(|h| h.1)
                     })
@@ -48,14 +47,16 @@ impl UnionFs {
             .copied_up
             .locked()
             .iter()
-            .map(|(base, (branch, path))| CopiedUpImage {
-                base: *base,
-                branch: *branch as u32,
-                path: path.as_bytes().to_vec(),
+            .filter_map(|(base, (branch, path))| {
+                Some(CopiedUpImage {
+                    base: *base,
+                    branch: self.view().branches.position(*branch)? as u32,
+                    path: path.as_bytes().to_vec(),
+                })
             })
             .collect();
         SessionImage {
-            branches: self.branches.len() as u32,
+            branches: self.view().branches.len() as u32,
             nodes,
             next_node,
             open,
@@ -85,6 +86,11 @@ impl UnionFs {
                 why: "lost in an earlier migration".into(),
             },
             (None, false) => Locate::Unbound,
+            (Some((branch, _, _)), false) if self.view().branches.position(*branch).is_none() => {
+                Locate::Lost {
+                    why: "its branch was removed".into(),
+                }
+            }
             (Some((branch, fd, kept)), false) => {
                 let branch = *branch;
                 // The node's handle: the one it keeps, else made now from its descriptor
@@ -129,8 +135,9 @@ impl UnionFs {
         handle: Option<HandleImage>,
         opts: ExportOptions,
     ) -> Locate {
+        let pos = self.view().branches.position(branch).unwrap_or(0) as u32;
         let by_handle = |handle| Locate::Handle {
-            branch: branch as u32,
+            branch: pos,
             handle,
         };
         if r.names.is_empty() {
@@ -153,9 +160,7 @@ impl UnionFs {
                 return Locate::Lost { why };
             }
         }
-        Locate::Path {
-            branch: branch as u32,
-        }
+        Locate::Path { branch: pos }
     }
 
     /// The file handle of node `id` made now, if its filesystem makes one on the branch

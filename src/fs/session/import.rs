@@ -125,10 +125,10 @@ impl UnionFs {
         img: SessionImage,
         on_error: OnError,
     ) -> Result<Imported, ImportError> {
-        if img.branches as usize != self.branches.len() {
+        if img.branches as usize != self.view().branches.len() {
             return Err(ImportError::Branches {
                 image: img.branches,
-                here: self.branches.len(),
+                here: self.view().branches.len(),
             });
         }
         fuse_backend_rs::api::filesystem::FileSystem::destroy(self);
@@ -187,10 +187,8 @@ impl UnionFs {
         let mut copied = self.copied_up.locked();
         copied.clear();
         for c in img.copied_up {
-            if (c.branch as usize) < self.branches.len() {
-                if let Ok(p) = CString::new(c.path) {
-                    copied.insert(c.base, (c.branch as usize, p));
-                }
+            if let (Ok(b), Ok(p)) = (self.branch_index(c.branch), CString::new(c.path)) {
+                copied.insert(c.base, (b, p));
             }
         }
         Ok(done)
@@ -215,8 +213,9 @@ impl UnionFs {
         // a node without a name always keeps its own. The capacity is set with the budget.
         self.fd_budget();
         let keep = self.inodes.capacity();
-        let mounts: Vec<OnceLock<Option<HandleMount>>> =
-            self.branches.indices().map(|_| OnceLock::new()).collect();
+        let mounts: Vec<OnceLock<Option<HandleMount>>> = (0..self.view().branches.id_bound())
+            .map(|_| OnceLock::new())
+            .collect();
         let mut out = Vec::with_capacity(nodes.len());
         let mut kept = 0;
         for n in nodes {
@@ -287,7 +286,9 @@ impl UnionFs {
             Locate::Handle { branch, handle: h } => {
                 let b = self.branch_index(*branch)?;
                 let mount = mounts[b]
-                    .get_or_init(|| super::super::node::probe_handles(self.branches.fd(b)).ok())
+                    .get_or_init(|| {
+                        super::super::node::probe_handles(self.root(b).ok()?.as_fd()).ok()
+                    })
                     .as_ref()
                     .ok_or("this daemon cannot open file handles on its branch")?;
                 let h =
@@ -312,11 +313,12 @@ impl UnionFs {
         Ok(Some((branch, fd, st)))
     }
 
-    /// A branch index from an image, checked.
+    /// The id of the branch an image names by its position in branch order, checked.
     fn branch_index(&self, b: u32) -> Result<usize, String> {
         let b = b as usize;
-        (b < self.branches.len())
-            .then_some(b)
+        let view = self.view();
+        (b < view.branches.len())
+            .then(|| view.branches.id_at(b))
             .ok_or_else(|| format!("no branch {b}"))
     }
 

@@ -1,0 +1,250 @@
+//! mergerfs's runtime interface over a running union: every `user.mergerfs.<option>` read,
+//! the ones that may change while the guest runs set (through the same registry that reads
+//! `-o` and `--config`), read-only ones EROFS, unknown ones ENOATTR, bad values EINVAL, plus
+//! branch edits, `cmd.invalidate-all-nodes` and the per-file queries. Changes are not
+//! persisted, as in mergerfs. Reached from the host only (the control socket, SIGHUP).
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use super::registry::{OptionError, Settings};
+use crate::fs::control::CtlError;
+use crate::fs::options::{Func, UnionOptions};
+use crate::fs::UnionFs;
+use crate::union::edit::{self, BranchEdit};
+use crate::union::policy::Category;
+
+/// The prefix mergerfs's keys carry as xattr names.
+pub const PREFIX: &str = "user.mergerfs.";
+
+type Show = fn(&UnionOptions) -> String;
+
+/// A key, whether it may change while the guest runs, and how its value is shown.
+struct Key {
+    name: &'static str,
+    settable: bool,
+    show: Show,
+}
+
+/// `Debug` names as mergerfs writes values: `DevinoHash` is `devino-hash`.
+fn kebab(v: impl std::fmt::Debug) -> String {
+    let mut out = String::new();
+    for (i, c) in format!("{v:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('-');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", d.as_secs())
+    } else {
+        format!("{s}")
+    }
+}
+
+fn category(o: &UnionOptions, cat: Category) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for f in Func::ALL.iter().filter(|f| f.category() == cat) {
+        let n = o.policies.get(*f).name();
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.join(",")
+}
+
+macro_rules! keys {
+    ($($name:literal, $settable:literal, |$o:ident| $show:expr;)*) => {
+        static KEYS: &[Key] = &[$(Key { name: $name, settable: $settable, show: |$o: &UnionOptions| $show },)*];
+    };
+}
+
+keys! {
+    "cache.attr", true, |o| secs(o.cache_attr);
+    "cache.entry", true, |o| secs(o.cache_entry);
+    "cache.files", true, |o| kebab(o.cache_files);
+    "cache.negative_entry", true, |o| secs(o.cache_negative_entry);
+    "cache.writeback", false, |o| o.writeback.to_string();
+    "category.action", true, |o| category(o, Category::Action);
+    "category.create", true, |o| category(o, Category::Create);
+    "category.search", true, |o| category(o, Category::Search);
+    "cow", false, |o| o.cow.to_string();
+    "direct_io", true, |o| o.direct_io.to_string();
+    "dropcacheonclose", true, |o| o.dropcacheonclose.to_string();
+    "follow-symlinks", false, |o| kebab(o.follow_symlinks);
+    "inode-file-handles", false, |o| kebab(o.file_handles);
+    "inodecalc", false, |o| kebab(o.inodecalc);
+    "link-exdev", true, |o| kebab(o.link_exdev);
+    "link_cow", true, |o| o.link_cow.to_string();
+    "lock-timeout", true, |o| secs(o.lock_timeout);
+    "lock-wait-external", true, |o| secs(o.lock_wait_external);
+    "minfreespace", true, |o| crate::union::size::humanize(o.minfreespace);
+    "mountpoint", true, |o| o.mountpoint.clone();
+    "moveonenospc", true, |o| o.moveonenospc.map_or("false".into(), |p| p.name().into());
+    "node-fds", false, |o| o.node_fds.to_string();
+    "nullrw", false, |o| o.nullrw.to_string();
+    "posix_acl", false, |o| kebab(o.posix_acl);
+    "readdirplus", false, |o| o.readdirplus.to_string();
+    "rename-exdev", true, |o| kebab(o.rename_exdev);
+    "security_label", false, |o| kebab(o.security_label);
+    "allow-idmap", false, |o| o.allow_idmap.to_string();
+    "statfs", true, |o| kebab(o.statfs);
+    "statfs_ignore", true, |o| kebab(o.statfs_ignore);
+    "symlinkify", true, |o| o.symlinkify.to_string();
+    "symlinkify_timeout", true, |o| secs(o.symlinkify_timeout);
+    "xattr", true, |o| kebab(o.xattr);
+}
+
+/// Commands (`cmd.*`): set-only keys that act once.
+const COMMANDS: &[&str] = &["cmd.invalidate-all-nodes"];
+
+/// `key` without the xattr prefix, with `-` for `_` (mergerfs accepts both spellings).
+fn normal(key: &str) -> String {
+    key.trim()
+        .strip_prefix(PREFIX)
+        .unwrap_or(key.trim())
+        .replace('_', "-")
+}
+
+fn find(key: &str) -> Option<&'static Key> {
+    let n = normal(key);
+    KEYS.iter().find(|k| k.name.replace('_', "-") == n)
+}
+
+fn unknown(key: &str) -> CtlError {
+    CtlError::new(libc::ENODATA, format!("unknown option '{key}'"))
+}
+
+impl UnionFs {
+    /// Every key, as mergerfs names them (without the `user.mergerfs.` prefix), sorted.
+    pub fn ctl_keys(&self) -> Vec<String> {
+        let mut v: Vec<String> = KEYS.iter().map(|k| k.name.to_string()).collect();
+        v.extend(Func::ALL.iter().map(|f| format!("func.{}", f.name())));
+        v.extend(["branches", "srcmounts", "version", "pid"].map(String::from));
+        v.sort();
+        v
+    }
+
+    /// The value of `key` (with or without the `user.mergerfs.` prefix).
+    pub fn ctl_get(&self, key: &str) -> Result<String, CtlError> {
+        let n = normal(key);
+        let o = self.options();
+        match n.as_str() {
+            "branches" => return Ok(edit::show(&self.branch_list())),
+            "srcmounts" => {
+                let paths: Vec<String> = self
+                    .branch_list()
+                    .iter()
+                    .map(|b| b.path.display().to_string())
+                    .collect();
+                return Ok(paths.join(":"));
+            }
+            "version" => return Ok(env!("CARGO_PKG_VERSION").to_string()),
+            "pid" => return Ok(std::process::id().to_string()),
+            _ => {}
+        }
+        if let Some(f) = n.strip_prefix("func.") {
+            let f = Func::ALL
+                .iter()
+                .find(|x| x.name() == f)
+                .ok_or_else(|| unknown(key))?;
+            return Ok(o.policies.get(*f).name().to_string());
+        }
+        find(key).map(|k| (k.show)(&o)).ok_or_else(|| unknown(key))
+    }
+
+    /// Sets `key` to `value`, for every request that begins from now on. `dirs` are the
+    /// directories a branch edit adds, opened by the client (see
+    /// [`UnionFs::edit_branches`]). Returns what changed, for the log.
+    pub fn ctl_set(&self, key: &str, value: &str, dirs: Vec<OwnedFd>) -> Result<String, CtlError> {
+        let n = normal(key);
+        let value = value.trim();
+        match n.as_str() {
+            "branches" | "srcmounts" => {
+                let e = BranchEdit::parse(value).map_err(|e| {
+                    CtlError::new(
+                        libc::EINVAL,
+                        format!("invalid value '{value}' for 'branches': {e}"),
+                    )
+                })?;
+                return self.edit_branches(&e, dirs);
+            }
+            "version" | "pid" => {
+                return Err(CtlError::new(
+                    libc::EROFS,
+                    format!("read-only option '{key}'"),
+                ))
+            }
+            _ => {}
+        }
+        if COMMANDS.contains(&n.as_str()) {
+            let closed = self.invalidate_nodes();
+            return Ok(format!("{closed} node descriptors closed"));
+        }
+        if !n.starts_with("func.") {
+            let k = find(key).ok_or_else(|| unknown(key))?;
+            if !k.settable {
+                return Err(CtlError::new(
+                    libc::EROFS,
+                    format!("read-only option '{key}' (fixed when the daemon starts)"),
+                ));
+            }
+        }
+        let before = self.options();
+        let mut s = Settings {
+            opts: before.clone(),
+            ..Default::default()
+        };
+        s.apply(&n, value).map_err(|e| match e {
+            OptionError::Unknown(_) => unknown(key),
+            e => CtlError::new(libc::EINVAL, format!("invalid value: {e}")),
+        })?;
+        let now = self.ctl_get(&n)?;
+        self.set_options(s.opts);
+        Ok(format!("now {now}"))
+    }
+
+    /// A per-file query (`basepath`, `relpath`, `fullpath`, `allpaths`, with or without the
+    /// `user.mergerfs.` prefix) on union path `path`.
+    pub fn ctl_query(&self, path: &str, what: &str) -> Result<Vec<Vec<u8>>, CtlError> {
+        let what = what.trim().strip_prefix(PREFIX).unwrap_or(what.trim());
+        self.query_path(path, what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_as_mergerfs_shows_them() {
+        assert_eq!(
+            kebab(crate::fs::options::InodeCalc::HybridHash32),
+            "hybrid-hash32"
+        );
+        assert_eq!(kebab(crate::fs::options::CacheFiles::AutoFull), "auto-full");
+        assert_eq!(secs(Duration::from_millis(2500)), "2.5");
+        assert_eq!(secs(Duration::from_secs(1)), "1");
+        assert_eq!(
+            normal("user.mergerfs.cache.negative_entry"),
+            "cache.negative-entry"
+        );
+    }
+
+    #[test]
+    fn every_settable_key_is_in_the_registry() {
+        // A settable key the registry does not know would answer ENOATTR to a set.
+        for k in KEYS.iter().filter(|k| k.settable) {
+            let mut s = Settings::default();
+            let v = (k.show)(&s.opts);
+            s.apply(k.name, &v)
+                .unwrap_or_else(|e| panic!("{}={v}: {e}", k.name));
+            assert_eq!((k.show)(&s.opts), v, "{} round trip", k.name);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The runtime control interface driven on a real union (no daemon, no guest): branch edits
+//! with stable ids, ESTALE for a removed branch's nodes (never another branch's file), open
+//! files that outlive their branch, options changed for later requests, mergerfs's errnos,
+//! and the per-file queries.
+
+#[path = "support/fsharness.rs"]
+mod fsharness;
+
+use std::fs;
+use std::os::fd::OwnedFd;
+
+use fsharness::*;
+use fuse_backend_rs::api::filesystem::FileSystem;
+use union_virtiofsd::fs::ROOT_ID;
+
+fn no_dirs() -> Vec<OwnedFd> {
+    Vec::new()
+}
+
+#[test]
+fn branches_added_and_removed_keep_their_ids() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let c = tempfile::tempdir().unwrap();
+    fs::write(a.path().join("in_a"), "a").unwrap();
+    fs::write(b.path().join("in_b"), "b").unwrap();
+    fs::write(c.path().join("in_c"), "c").unwrap();
+    let u = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    assert_eq!(u.branch_ids(), [0, 1]);
+    assert!(walk(&u, "in_c").is_err());
+
+    // Added at the front: a new id, first in order; its files appear.
+    let change = u
+        .ctl_set(
+            "branches",
+            &format!("+<{}=NC", c.path().display()),
+            no_dirs(),
+        )
+        .unwrap();
+    assert!(
+        change.contains("added") && change.contains("id 2"),
+        "{change}"
+    );
+    assert_eq!(u.branch_ids(), [2, 0, 1]);
+    assert_eq!(
+        read_file(&u, walk(&u, "in_c").unwrap().inode).unwrap(),
+        b"c"
+    );
+    assert_eq!(
+        u.ctl_get("user.mergerfs.branches").unwrap(),
+        format!(
+            "{}=NC:{}=RW:{}=RW",
+            c.path().display(),
+            a.path().display(),
+            b.path().display()
+        )
+    );
+
+    // A file opened on b, then b removed: its node is stale, its open file still reads.
+    let in_b = walk(&u, "in_b").unwrap();
+    let (fh, _, _) = u
+        .open(&ctx(), in_b.inode, libc::O_RDONLY as u32, 0)
+        .unwrap();
+    let fh = fh.unwrap();
+    let change = u
+        .ctl_set("branches", &format!("-{}", b.path().display()), no_dirs())
+        .unwrap();
+    assert!(
+        change.contains("removed") && change.contains("id 1"),
+        "{change}"
+    );
+    assert_eq!(u.branch_ids(), [2, 0]);
+    assert_eq!(
+        errno_of(u.getattr(&ctx(), in_b.inode, None)),
+        libc::ESTALE,
+        "a removed branch's node must be stale"
+    );
+    let mut w = VecWriter::default();
+    u.read(&ctx(), in_b.inode, fh, &mut w, 16, 0, None, 0)
+        .unwrap();
+    assert_eq!(w.0, b"b");
+    u.release(&ctx(), in_b.inode, 0, fh, false, false, None)
+        .unwrap();
+    assert_eq!(errno_of(walk(&u, "in_b")), libc::ENOENT);
+
+    // Added back: a new id (2 and 0 keep theirs), never the old one.
+    u.ctl_set("branches", &format!("+{}", b.path().display()), no_dirs())
+        .unwrap();
+    assert_eq!(u.branch_ids(), [2, 0, 3]);
+    assert_eq!(errno_of(u.getattr(&ctx(), in_b.inode, None)), libc::ESTALE);
+    assert!(walk(&u, "in_b").is_ok());
+
+    // Set again with the same directories in another order and modes: ids are kept.
+    u.ctl_set(
+        "branches",
+        &format!("={}=RO:{}", a.path().display(), c.path().display()),
+        no_dirs(),
+    )
+    .unwrap();
+    assert_eq!(u.branch_ids(), [0, 2]);
+    create_file(&u, ROOT_ID, "new", b"x").unwrap();
+    assert!(
+        c.path().join("new").exists(),
+        "a is RO now: the file lands on c"
+    );
+}
+
+#[test]
+fn edit_errors_change_nothing() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let u = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    let err = |v: &str| u.ctl_set("branches", v, no_dirs()).unwrap_err();
+    assert_eq!(err("-*").errno, libc::EINVAL, "no branch left");
+    assert_eq!(err("<>/x").errno, libc::EINVAL);
+    assert_eq!(err("+/does/not/exist").errno, libc::ENOENT);
+    let e = err(&format!("+{}", a.path().display()));
+    assert_eq!(e.errno, libc::EEXIST, "{e}");
+    assert_eq!(err("+/x=ZZ").errno, libc::EINVAL);
+    assert_eq!(u.branch_ids(), [0, 1]);
+    let f = tempfile::NamedTempFile::new().unwrap();
+    assert_eq!(
+        err(&format!("+{}", f.path().display())).errno,
+        libc::ENOTDIR
+    );
+    assert_eq!(u.branch_ids(), [0, 1]);
+}
+
+#[test]
+fn options_as_mergerfs_runtime_keys() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    fs::write(a.path().join("f"), "a").unwrap();
+    fs::write(b.path().join("f"), "b").unwrap();
+    let u = union_with(&[(a.path(), "RW"), (b.path(), "RW")], "category.create=ff");
+    assert_eq!(u.ctl_get("category.create").unwrap(), "ff");
+    u.ctl_set("user.mergerfs.category.create", "lus", no_dirs())
+        .unwrap();
+    assert_eq!(u.ctl_get("func.mkdir").unwrap(), "lus");
+    u.ctl_set("func.getattr", "newest", no_dirs()).unwrap();
+    assert_eq!(u.ctl_get("func.getattr").unwrap(), "newest");
+    assert_eq!(u.ctl_get("category.search").unwrap(), "ff,newest");
+    u.ctl_set("minfreespace", "1G", no_dirs()).unwrap();
+    assert_eq!(u.ctl_get("minfreespace").unwrap(), "1G");
+    u.ctl_set("cache.negative_entry", "2.5", no_dirs()).unwrap();
+    assert_eq!(u.ctl_get("cache.negative-entry").unwrap(), "2.5");
+    u.ctl_set("moveonenospc", "true", no_dirs()).unwrap();
+    assert_eq!(u.ctl_get("moveonenospc").unwrap(), "mfs");
+
+    let e = u.ctl_get("nosuch").unwrap_err();
+    assert_eq!(e.errno, libc::ENODATA);
+    assert_eq!(
+        u.ctl_set("nosuch", "1", no_dirs()).unwrap_err().errno,
+        libc::ENODATA
+    );
+    assert_eq!(
+        u.ctl_set("func.nosuch", "ff", no_dirs()).unwrap_err().errno,
+        libc::ENODATA
+    );
+    assert_eq!(
+        u.ctl_set("version", "9", no_dirs()).unwrap_err().errno,
+        libc::EROFS
+    );
+    assert_eq!(
+        u.ctl_set("inodecalc", "path-hash", no_dirs())
+            .unwrap_err()
+            .errno,
+        libc::EROFS
+    );
+    assert_eq!(
+        u.ctl_set("category.create", "bogus", no_dirs())
+            .unwrap_err()
+            .errno,
+        libc::EINVAL
+    );
+    assert_eq!(
+        u.ctl_set("minfreespace", "lots", no_dirs())
+            .unwrap_err()
+            .errno,
+        libc::EINVAL
+    );
+    assert_eq!(
+        u.ctl_get("category.create").unwrap(),
+        "lus",
+        "a refused set changes nothing"
+    );
+    // Every listed key reads.
+    for k in u.ctl_keys() {
+        u.ctl_get(&k).unwrap_or_else(|e| panic!("{k}: {e}"));
+    }
+}
+
+#[test]
+fn per_file_queries() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    fs::create_dir(a.path().join("d")).unwrap();
+    fs::create_dir(b.path().join("d")).unwrap();
+    fs::write(b.path().join("d/f"), "b").unwrap();
+    fs::write(a.path().join("d/f"), "a").unwrap();
+    fs::write(b.path().join("only_b"), "b").unwrap();
+    let u = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    let q = |p: &str, w: &str| -> Vec<String> {
+        u.ctl_query(p, w)
+            .unwrap()
+            .into_iter()
+            .map(|v| String::from_utf8(v).unwrap())
+            .collect()
+    };
+    let (ad, bd) = (a.path().display(), b.path().display());
+    assert_eq!(
+        q("/d/f", "allpaths"),
+        [format!("{ad}/d/f"), format!("{bd}/d/f")]
+    );
+    assert_eq!(q("d/f", "basepath"), [format!("{ad}")]);
+    assert_eq!(q("/d/f", "user.mergerfs.relpath"), ["/d/f"]);
+    assert_eq!(q("/only_b", "fullpath"), [format!("{bd}/only_b")]);
+    assert_eq!(q("/", "allpaths"), [format!("{ad}"), format!("{bd}")]);
+    assert_eq!(
+        u.ctl_query("/missing", "allpaths").unwrap_err().errno,
+        libc::ENOENT
+    );
+    assert_eq!(
+        u.ctl_query("/../etc", "allpaths").unwrap_err().errno,
+        libc::EINVAL
+    );
+    assert_eq!(
+        u.ctl_query("/d/f", "size").unwrap_err().errno,
+        libc::ENODATA
+    );
+}
