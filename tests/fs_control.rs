@@ -229,3 +229,30 @@ fn per_file_queries() {
         libc::ENODATA
     );
 }
+
+#[test]
+fn guest_reads_path_queries_only_when_allowed() {
+    use fuse_backend_rs::api::filesystem::GetxattrReply;
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    fs::write(a.path().join("f"), "a").unwrap();
+    fs::write(b.path().join("f"), "b").unwrap();
+    let get = |u: &union_virtiofsd::fs::UnionFs, name: &str| {
+        let e = walk(u, "f").unwrap();
+        u.getxattr(&ctx(), e.inode, &c(name), 4096)
+    };
+    let off = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    assert_eq!(errno_of(get(&off, "user.mergerfs.allpaths")), libc::ENODATA);
+    let on = union_with(&[(a.path(), "RW"), (b.path(), "RW")], "path-queries=true");
+    let value = |r| match r {
+        Ok(GetxattrReply::Value(v)) => v,
+        _ => panic!("no value"),
+    };
+    let want = format!("{}/f\0{}/f", a.path().display(), b.path().display());
+    assert_eq!(value(get(&on, "user.mergerfs.allpaths")), want.as_bytes());
+    assert_eq!(value(get(&on, "user.mergerfs.relpath")), b"/f");
+    assert_eq!(errno_of(get(&on, "user.mergerfs.nosuch")), libc::ENODATA);
+    // The host can switch it off while the guest runs.
+    on.ctl_set("path-queries", "false", no_dirs()).unwrap();
+    assert_eq!(errno_of(get(&on, "user.mergerfs.allpaths")), libc::ENODATA);
+}

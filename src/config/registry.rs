@@ -203,6 +203,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.allow_idmap = boolean(v)?;
         Ok(())
     } },
+    OptionSpec { name: "path-queries", help: "true|false: the guest may read mergerfs's per-file queries as xattrs (user.mergerfs.basepath, relpath, fullpath, allpaths), which show host paths (ours, default false)", set: |s, v| {
+        s.opts.path_queries = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "lock-timeout", help: "SECS the same holders may block a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {
         s.opts.lock_timeout = seconds(v)?;
         Ok(())

@@ -379,6 +379,9 @@ pub struct UnionOptions {
     /// share. Requests that create nothing then carry no caller (uid and gid -1): they are
     /// served as the guest's root, the guest's kernel having checked them.
     pub allow_idmap: bool,
+    /// `path-queries`: the guest may read mergerfs's per-file queries (`user.mergerfs.
+    /// basepath`, `relpath`, `fullpath`, `allpaths`), which show host paths.
+    pub path_queries: bool,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -424,6 +427,7 @@ impl Default for UnionOptions {
             posix_acl: Negotiate::Never,
             security_label: Negotiate::Never,
             allow_idmap: false,
+            path_queries: false,
         }
     }
 }

@@ -68,6 +68,11 @@ pub(crate) fn host_name<'a>(
 /// Value of `name` (or its size when `size` is 0).
 pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<GetxattrReply> {
     mode_answer(fs, libc::ENODATA)?;
+    if fs.view().opts.path_queries {
+        if let Some(what) = name.to_bytes().strip_prefix(b"user.mergerfs.") {
+            return path_query(fs, inode, what, size);
+        }
+    }
     let name = host_name(fs, name, libc::ENODATA)?;
     let name = name.as_ref();
     // Keep `f` (and so its descriptor) alive while its /proc path is used.
@@ -82,6 +87,30 @@ pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<
     let n = rustix::fs::getxattr(&p, name, &mut buf[..])?;
     buf.truncate(n);
     Ok(GetxattrReply::Value(buf))
+}
+
+/// mergerfs's per-file queries as the guest reads them (`path-queries=true`): where the
+/// node's file lives on the host, each value as mergerfs gives it (`allpaths` NUL-separated).
+fn path_query(fs: &UnionFs, inode: u64, what: &[u8], size: u32) -> io::Result<GetxattrReply> {
+    let what = match what {
+        b"basepath" => "basepath",
+        b"relpath" => "relpath",
+        b"fullpath" => "fullpath",
+        b"allpaths" => "allpaths",
+        _ => return Err(errno(libc::ENODATA)),
+    };
+    let rel = fs.inodes.path(inode)?;
+    let rel = std::str::from_utf8(rel.to_bytes()).map_err(|_| errno(libc::ENODATA))?;
+    let rel = if rel == "." { "/" } else { rel };
+    let v = fs
+        .query_path(rel, what)
+        .map_err(|e| errno(e.errno))?
+        .join(&0u8);
+    match size {
+        0 => Ok(GetxattrReply::Count(v.len() as u32)),
+        _ if v.len() > size as usize => Err(errno(libc::ERANGE)),
+        _ => Ok(GetxattrReply::Value(v)),
+    }
 }
 
 /// NUL-separated names (or their total size when `size` is 0).
