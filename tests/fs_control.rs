@@ -256,3 +256,68 @@ fn guest_reads_path_queries_only_when_allowed() {
     on.ctl_set("path-queries", "false", no_dirs()).unwrap();
     assert_eq!(errno_of(get(&on, "user.mergerfs.allpaths")), libc::ENODATA);
 }
+
+#[test]
+fn config_reload_applies_all_or_nothing() {
+    use union_virtiofsd::config::runtime::reload;
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let u = union_with(&[(a.path(), "RW")], "category.create=ff");
+    let text = format!(
+        "# pool\ncategory.create=mfs\nbranches={}:{}=NC\nminfreespace=2G\n",
+        a.path().display(),
+        b.path().display()
+    );
+    let change = reload(&u, "pool.conf", &text).unwrap();
+    assert!(
+        change.contains("added") && change.contains("minfreespace=2G"),
+        "{change}"
+    );
+    assert_eq!(u.ctl_get("category.create").unwrap(), "mfs");
+    assert_eq!(u.branch_ids(), [0, 1]);
+    assert_eq!(reload(&u, "pool.conf", &text).unwrap(), "no change");
+    // A bad line, or an option fixed at start, changes nothing.
+    let e = reload(&u, "pool.conf", "category.create=ff\njunk\n").unwrap_err();
+    assert_eq!(e.errno, libc::EINVAL);
+    let e = reload(&u, "pool.conf", "category.create=ff\ninodecalc=path-hash\n").unwrap_err();
+    assert_eq!(e.errno, libc::EROFS, "{e}");
+    assert!(e.message.contains("inodecalc"), "{e}");
+    assert_eq!(u.ctl_get("category.create").unwrap(), "mfs");
+}
+
+#[test]
+fn an_edited_branch_set_travels_with_the_session() {
+    use union_virtiofsd::fs::session::{ExportOptions, FindBy, ImportError, OnError, Sessions};
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let d = tempfile::tempdir().unwrap();
+    fs::write(d.path().join("f"), "d").unwrap();
+    let src = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    let opts = ExportOptions {
+        handles_allowed: false,
+        find_by: FindBy::Paths,
+        verify_handles: false,
+        confirm_paths: false,
+    };
+    assert!(src.export(opts).edited_branches.is_empty(), "not edited");
+    // b replaced by d: the same number of branches, so positions alone would map d's
+    // nodes onto b.
+    src.ctl_set(
+        "branches",
+        &format!("={}:{}", a.path().display(), d.path().display()),
+        no_dirs(),
+    )
+    .unwrap();
+    walk(&src, "f").unwrap();
+    let img = src.export(opts);
+    assert_eq!(img.edited_branches.len(), 2);
+    let stale = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    let e = stale.import(img.clone(), OnError::Abort).unwrap_err();
+    assert!(matches!(e, ImportError::EditedBranches { .. }), "{e}");
+    let same = union(&[(a.path(), "RW"), (d.path(), "RW")]);
+    same.import(img, OnError::Abort).unwrap();
+    assert_eq!(
+        read_file(&same, walk(&same, "f").unwrap().inode).unwrap(),
+        b"d"
+    );
+}

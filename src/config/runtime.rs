@@ -218,6 +218,55 @@ impl UnionFs {
     }
 }
 
+/// Applies a config file's text (`--config`, re-read on SIGHUP) to the running union: its
+/// options over the current ones and its `branches=`, if any, as the new branch list. All
+/// or nothing: a malformed line, an unknown key or a change to an option fixed at start
+/// changes nothing. Returns what changed.
+pub fn reload(fs: &UnionFs, file: &str, text: &str) -> Result<String, CtlError> {
+    let before = fs.options();
+    let mut s = Settings {
+        opts: before.clone(),
+        ..Default::default()
+    };
+    s.apply_file(file, text)
+        .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
+    let fixed: Vec<&str> = KEYS
+        .iter()
+        .filter(|k| !k.settable && (k.show)(&before) != (k.show)(&s.opts))
+        .map(|k| k.name)
+        .collect();
+    if !fixed.is_empty() {
+        return Err(CtlError::new(
+            libc::EROFS,
+            format!("{file}: {} fixed when the daemon starts", fixed.join(", ")),
+        ));
+    }
+    let mut changes = Vec::new();
+    if !s.branches.is_empty() && s.branches != fs.branch_list() {
+        changes.push(fs.edit_branches(&BranchEdit::Set(s.branches.clone()), Vec::new())?);
+    }
+    let mut changed: Vec<String> = KEYS
+        .iter()
+        .filter(|k| (k.show)(&before) != (k.show)(&s.opts))
+        .map(|k| format!("{}={}", k.name, (k.show)(&s.opts)))
+        .collect();
+    changed.extend(
+        Func::ALL
+            .iter()
+            .filter(|f| before.policies.get(**f) != s.opts.policies.get(**f))
+            .map(|f| format!("func.{}={}", f.name(), s.opts.policies.get(*f).name())),
+    );
+    if s.opts != before {
+        fs.set_options(s.opts);
+    }
+    changes.extend(changed);
+    Ok(if changes.is_empty() {
+        "no change".into()
+    } else {
+        changes.join("; ")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

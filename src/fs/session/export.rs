@@ -55,7 +55,22 @@ impl UnionFs {
                 })
             })
             .collect();
+        let edited = self
+            .branch_ids()
+            .iter()
+            .copied()
+            .ne(0..self.cfg.branches.len())
+            || self.branch_list() != self.cfg.branches;
+        let edited_branches = if edited {
+            self.branch_list()
+                .iter()
+                .map(|b| b.path.as_os_str().as_encoded_bytes().to_vec())
+                .collect()
+        } else {
+            Vec::new()
+        };
         SessionImage {
+            edited_branches,
             branches: self.view().branches.len() as u32,
             nodes,
             next_node,

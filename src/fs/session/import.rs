@@ -36,6 +36,14 @@ pub enum ImportError {
         /// Branches here.
         here: usize,
     },
+    /// The source's branch set was edited while it ran, and this daemon serves another.
+    #[error("the session's branches were edited to {image}; this daemon serves {here}")]
+    EditedBranches {
+        /// The source's branch paths.
+        image: String,
+        /// This daemon's.
+        here: String,
+    },
     /// The image's nodes do not make a node table (ids, parents or names).
     #[error("the session's node table is malformed: {0}")]
     Table(String),
@@ -130,6 +138,25 @@ impl UnionFs {
                 image: img.branches,
                 here: self.view().branches.len(),
             });
+        }
+        if !img.edited_branches.is_empty() {
+            let here: Vec<Vec<u8>> = self
+                .branch_list()
+                .iter()
+                .map(|b| b.path.as_os_str().as_encoded_bytes().to_vec())
+                .collect();
+            if here != img.edited_branches {
+                let show = |v: &[Vec<u8>]| {
+                    v.iter()
+                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(":")
+                };
+                return Err(ImportError::EditedBranches {
+                    image: show(&img.edited_branches),
+                    here: show(&here),
+                });
+            }
         }
         fuse_backend_rs::api::filesystem::FileSystem::destroy(self);
         let r = self.import_parts(img, on_error);

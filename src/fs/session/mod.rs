@@ -227,6 +227,10 @@ pub struct SessionImage {
     /// Idmapped mounts are allowed (FUSE_ALLOW_IDMAP).
     #[serde(default)]
     pub idmap: bool,
+    /// The branch paths in branch order, when the branch set was edited while the daemon
+    /// ran (its command line no longer says what it is): the destination must serve these.
+    #[serde(default)]
+    pub edited_branches: Vec<Vec<u8>>,
 }
 
 /// What the vhost layer needs of a filesystem to move its session to another daemon. The
