@@ -321,3 +321,30 @@ fn an_edited_branch_set_travels_with_the_session() {
         b"d"
     );
 }
+
+#[test]
+fn a_directory_outlives_the_branch_its_node_was_found_on() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    for d in [a.path(), b.path()] {
+        fs::create_dir(d.join("d")).unwrap();
+    }
+    fs::write(a.path().join("d/on_a"), "a").unwrap();
+    fs::write(b.path().join("d/on_b"), "b").unwrap();
+    let u = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    let d = walk(&u, "d").unwrap();
+    let on_a = walk(&u, "d/on_a").unwrap();
+    u.ctl_set("branches", &format!("-{}", a.path().display()), no_dirs())
+        .unwrap();
+    // The directory is still one of the union's: its node goes on, now on b.
+    u.getattr(&ctx(), d.inode, None).unwrap();
+    let names: Vec<String> = list(&u, d.inode).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.contains(&"on_b".to_string()) && !names.contains(&"on_a".to_string()),
+        "{names:?}"
+    );
+    create_file(&u, d.inode, "new", b"n").unwrap();
+    assert!(b.path().join("d/new").exists());
+    // A file that was only on a is stale.
+    assert_eq!(errno_of(u.getattr(&ctx(), on_a.inode, None)), libc::ESTALE);
+}

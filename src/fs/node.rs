@@ -90,11 +90,12 @@ impl UnionFs {
         let (branch, handle, key) = match self.inodes.bound(inode) {
             None => return Ok(None),
             Some(Bound::Lost) => return Err(errno(libc::EIO)),
-            // A removed branch's nodes are stale, never another branch's objects.
+            // A removed branch's nodes are stale, never another branch's objects; but a
+            // directory is one union directory across branches, found again by its path.
             Some(Bound::Open(branch, _) | Bound::Closed { branch, .. })
                 if !self.view().branches.is_live(branch) =>
             {
-                return Err(errno(libc::ESTALE))
+                return self.dir_elsewhere(inode).map(Some);
             }
             Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd))),
             Some(Bound::Closed {
@@ -120,6 +121,26 @@ impl UnionFs {
             branch,
             self.inodes.reopened(inode, key, Arc::new(fd)),
         )))
+    }
+}
+
+impl UnionFs {
+    /// Directory node `inode`, whose branch was removed, bound again to its directory on
+    /// the first branch that still has one; ESTALE for anything else.
+    fn dir_elsewhere(&self, inode: u64) -> io::Result<(usize, Arc<OwnedFd>)> {
+        let stale = || errno(libc::ESTALE);
+        if !self.inodes.is_dir(inode) {
+            return Err(stale());
+        }
+        let rel = self.inodes.path(inode).map_err(|_| stale())?;
+        let f = self
+            .search(crate::fs::options::Func::Getattr, &rel)
+            .map_err(|_| stale())?;
+        if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(stale());
+        }
+        self.inodes.bind(inode, self.bind_of(&f));
+        Ok((f.branch, f.fd))
     }
 }
 
