@@ -542,3 +542,77 @@ impl std::str::FromStr for Translate {
         }
     }
 }
+
+/// The command line of `union-virtiofsd ctl` (the host's control client; parsed apart from
+/// [`Args`], whose positional arguments are virtiofsd's).
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "union-virtiofsd ctl",
+    bin_name = "union-virtiofsd ctl",
+    version,
+    about = "Reads and changes a running union-virtiofsd's options (mergerfs's runtime names)"
+)]
+pub struct CtlArgs {
+    /// The daemon's vhost-user socket (`.ctl` is appended) or its control socket `<PATH>.ctl`.
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// What `union-virtiofsd ctl` does. KEYs are mergerfs's option names, with or without the
+/// `user.mergerfs.` prefix.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum CtlCommand {
+    /// Print KEY's value; with no KEY, every `key=value`, one per line.
+    Get {
+        /// The option.
+        key: Option<String>,
+    },
+    /// Set KEY to VALUE. For `branches` mergerfs's edits: `+`, `+<`, `+>` add (globs are
+    /// expanded here), `-`, `-<`, `->` remove, `=` (or nothing) replaces.
+    Set {
+        /// The option.
+        key: String,
+        /// The new value.
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// Print where a file of the union is on the host, one value per line.
+    Query {
+        /// The file, as a path in the union.
+        path: String,
+        /// What to print.
+        #[arg(value_enum, default_value_t = CtlQuery::Allpaths)]
+        what: CtlQuery,
+    },
+    /// Print every key, one per line.
+    Keys,
+}
+
+/// mergerfs's per-file queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CtlQuery {
+    /// The branch holding the file.
+    Basepath,
+    /// The file's path within its branch.
+    Relpath,
+    /// The file's full host path.
+    Fullpath,
+    /// The full host path in every branch holding it.
+    Allpaths,
+}
+
+impl CtlQuery {
+    /// mergerfs's name for the query.
+    pub fn name(self) -> &'static str {
+        match self {
+            CtlQuery::Basepath => "basepath",
+            CtlQuery::Relpath => "relpath",
+            CtlQuery::Fullpath => "fullpath",
+            CtlQuery::Allpaths => "allpaths",
+        }
+    }
+}

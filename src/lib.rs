@@ -4,6 +4,7 @@
 pub mod args;
 pub mod config;
 pub mod confine;
+pub mod ctl;
 pub mod docs;
 pub mod fs;
 #[cfg(feature = "fuzzing")]

@@ -16,6 +16,10 @@ use union_virtiofsd::vhost::{self, Bound};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    let argv: Vec<_> = std::env::args_os().collect();
+    if union_virtiofsd::ctl::cli::wanted(&argv) {
+        return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));
+    }
     let help = union_virtiofsd::config::registry::help_text();
     let matches = Args::command().after_help(help).get_matches();
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -105,13 +109,14 @@ fn main() -> ExitCode {
         let r = union_virtiofsd::sys::seccomp::call_forbidden();
         log::warn!("forbidden system call personality(2) returned {r:?}");
     }
-    let daemon = match bound.start(fs) {
+    let mut daemon = match bound.start(fs) {
         Ok(d) => d,
         Err(e) => {
             error!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    union_virtiofsd::ctl::start(&mut daemon);
     // The guest's umask rules from here on (the socket was made with the inherited one).
     set_umask(0);
     match daemon.run() {

@@ -1,5 +1,6 @@
-//! The daemon's own files next to its socket: the locked `<socket>.pid` file and the socket's
-//! group (`--socket-group`). Nothing here touches guest data.
+//! The daemon's own files next to its socket: the locked `<socket>.pid` file, the socket's
+//! group (`--socket-group`) and sockets staged to replace a running daemon's. Nothing here
+//! touches guest data.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -51,6 +52,75 @@ pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::ne
     Ok(l)
 }
 
+/// A unix socket bound under a temporary name beside its final path, until [`Staged::publish`]
+/// renames it into place (`--upgrade`: the running daemon's socket stays until the session is
+/// ours). Holds its directory open, so both ends work from inside a sandbox too. Dropped
+/// unpublished, the temporary name is removed.
+#[derive(Debug)]
+pub struct Staged {
+    dir: std::os::fd::OwnedFd,
+    temp: std::ffi::OsString,
+    name: std::ffi::OsString,
+    published: bool,
+}
+
+/// Listens on a new unix socket that will replace `path`: bound as `<path>.new-<pid>` with
+/// `mode`, and given to group `gid` (read/write for owner and group only) if there is one.
+pub fn bind_staged(
+    path: &Path,
+    mode: u32,
+    gid: Option<u32>,
+) -> io::Result<(std::os::unix::net::UnixListener, Staged)> {
+    use rustix::fs::{Mode, OFlags};
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?
+        .to_owned();
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut temp = name.clone();
+    temp.push(format!(".new-{}", std::process::id()));
+    let dir = rustix::fs::open(
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let temp_path = parent.join(&temp);
+    let listener = bind_unix(&temp_path, Some(mode))?;
+    let staged = Staged {
+        dir,
+        temp,
+        name,
+        published: false,
+    };
+    if let Some(gid) = gid {
+        give_socket_to_group(&temp_path, gid)?;
+    }
+    Ok((listener, staged))
+}
+
+impl Staged {
+    /// Renames the socket over its final path (atomically replacing the old one).
+    pub fn publish(mut self) -> io::Result<()> {
+        rustix::fs::renameat(&self.dir, &self.temp, &self.dir, &self.name)?;
+        self.published = true;
+        Ok(())
+    }
+
+    /// Removes the socket's temporary name (as dropping it does).
+    pub fn abandon(self) {}
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = rustix::fs::unlinkat(&self.dir, &self.temp, rustix::fs::AtFlags::empty());
+        }
+    }
+}
+
 /// The gid of group `name` (a number, or a name in /etc/group), if it exists.
 pub fn group_id(name: &str) -> Option<u32> {
     if let Ok(gid) = name.parse() {
@@ -88,6 +158,30 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
         drop(f);
         write_pid_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_staged_socket_replaces_the_old_one_when_published() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.ctl");
+        let _old = bind_unix(&p, Some(0o600)).unwrap();
+        let old_ino = std::fs::metadata(&p).unwrap().ino();
+        let (l, staged) = bind_staged(&p, 0o600, None).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().ino(), old_ino);
+        staged.publish().unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert!(m.file_type().is_socket());
+        assert_ne!(m.ino(), old_ino);
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        let _c = std::os::unix::net::UnixStream::connect(&p).unwrap();
+        l.accept().unwrap();
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        let (_l, staged) = bind_staged(&p, 0o600, None).unwrap();
+        staged.abandon();
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        drop(bind_staged(&p, 0o600, None).unwrap());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -60,10 +61,31 @@ pub fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) ->
 /// Reads exactly `buf.len()` bytes; the descriptors attached to any of them are returned.
 /// `Ok(None)` when the peer closed before the first byte.
 pub fn recv_exact_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Option<Vec<OwnedFd>>> {
+    recv_exact_until(sock, buf, None)
+}
+
+/// [`recv_exact_with_fds`], failing with `TimedOut` if the bytes have not all come by
+/// `deadline` (a peer that stalls cannot hold the reader).
+pub fn recv_exact_with_fds_by(
+    sock: &UnixStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> io::Result<Option<Vec<OwnedFd>>> {
+    recv_exact_until(sock, buf, Some(deadline))
+}
+
+fn recv_exact_until(
+    sock: &UnixStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> io::Result<Option<Vec<OwnedFd>>> {
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut fds = Vec::new();
     let mut got = 0;
     while got < buf.len() {
+        if let Some(deadline) = deadline {
+            wait_until_readable(sock, deadline)?;
+        }
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let r = rustix::net::recvmsg(
             sock,
@@ -90,6 +112,28 @@ pub fn recv_exact_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Opti
         got += n;
     }
     Ok(Some(fds))
+}
+
+/// Waits until `sock` is readable (or hung up); `TimedOut` once `deadline` has passed.
+fn wait_until_readable(sock: &UnixStream, deadline: Instant) -> io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let timeout = Timespec {
+            tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: left.subsec_nanos().into(),
+        };
+        let mut fds = [PollFd::new(sock, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => {}
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Waits until `sock` is readable or `wake` is (a pipe or eventfd); true when `sock` is.
@@ -140,6 +184,22 @@ pub fn kick(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// The pid (0 if outside this pid namespace) and user id of the process at the other end of
 /// `sock`, as it connected.
 pub fn peer(sock: &UnixStream) -> io::Result<(u32, u32)> {
+    peer_cred(sock).map(|c| (c.pid, c.uid))
+}
+
+/// Who is at the other end of a unix socket, as it connected (SO_PEERCRED).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Its pid (0 if outside this pid namespace).
+    pub pid: u32,
+    /// Its effective user id.
+    pub uid: u32,
+    /// Its effective group id.
+    pub gid: u32,
+}
+
+/// The pid, user and group of the process at the other end of `sock`, as it connected.
+pub fn peer_cred(sock: &UnixStream) -> io::Result<PeerCred> {
     use std::os::fd::AsRawFd;
     // Not rustix's socket_peercred: in a PID namespace the peer's pid reads as 0, which it
     // refuses.
@@ -162,7 +222,43 @@ pub fn peer(sock: &UnixStream) -> io::Result<(u32, u32)> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((cred.pid as u32, cred.uid))
+    Ok(PeerCred {
+        pid: cred.pid as u32,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// The supplementary groups of the process at the other end of `sock`, as it connected
+/// (SO_PEERGROUPS).
+pub fn peer_groups(sock: &UnixStream) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a writable buffer of `len` bytes, and `len` a valid out-pointer;
+        // the kernel writes at most `len` bytes and sets `len` to what it wrote or needs.
+        let r = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        // ERANGE: the buffer was too small, `len` says how large it must be.
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() {
+            return Err(e);
+        }
+        groups.resize(n, 0);
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +288,34 @@ mod tests {
         drop(a);
         let mut buf = [0u8; 4];
         assert!(recv_exact_with_fds(&b, &mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_stalled_peer_times_out() {
+        let (a, b) = UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut &a, b"ab").unwrap();
+        let mut buf = [0u8; 4];
+        let deadline = Instant::now() + std::time::Duration::from_millis(50);
+        let e = recv_exact_with_fds_by(&b, &mut buf, deadline).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn peers_are_this_process() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let c = peer_cred(&a).unwrap();
+        assert_eq!(c.uid, rustix::process::geteuid().as_raw());
+        assert_eq!(c.gid, rustix::process::getegid().as_raw());
+        let mine: Vec<u32> = rustix::process::getgroups()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_raw())
+            .collect();
+        let mut theirs = peer_groups(&a).unwrap();
+        let mut mine = mine;
+        theirs.sort_unstable();
+        mine.sort_unstable();
+        assert_eq!(theirs, mine);
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod waiters;
 use std::os::fd::AsFd;
 use std::os::unix::io::RawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 
@@ -144,6 +144,8 @@ pub fn capabilities_json() -> &'static str {
 /// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
 pub struct Daemon<F: FileSystem + Send + Sync> {
     backend: Arc<FsBackend<F>>,
+    /// The filesystem served (the dispatcher's), for the host's control interface.
+    fs: Arc<F>,
     sockets: Sockets,
     /// SIGTERM/SIGINT, caught from before the socket exists: a VMM may signal as soon as it
     /// sees the socket, and the default action would kill the daemon with no clean exit.
@@ -187,6 +189,11 @@ struct Sockets {
     pid_file: Option<std::fs::File>,
     /// `<socket>.upgrade`, where a new daemon asks for the session.
     upgrades: Option<UnixListener>,
+    /// `<socket>.ctl`, the host's control socket (until [`Daemon::take_control`]).
+    ctl: Option<ControlSocket>,
+    /// With `--upgrade`, the control socket bound under a temporary name: it replaces the old
+    /// daemon's once the session is this daemon's.
+    ctl_staged: Option<crate::sys::files::Staged>,
     /// The vhost-user handler's own socket, and the tap's connection to it.
     inner: (UnixListener, UnixStream),
     /// This daemon's pid as the host sees it (before a pid namespace), for the pid file.
@@ -213,10 +220,28 @@ impl Bound {
             };
             let mut r = upgrade::receive(pid_file).map_err(Error::Upgrade)?;
             info!("upgrade: took the session of pid {} over", r.old_pid);
+            // The session matters more than the control socket: without one, serve on.
+            let ctl = ctl_path(path);
+            let (ctl, ctl_staged) =
+                match crate::sys::files::bind_staged(&ctl, 0o600, cfg.socket_group) {
+                    Ok((listener, staged)) => {
+                        let group = cfg.socket_group;
+                        (Some(ControlSocket { listener, group }), Some(staged))
+                    }
+                    Err(e) => {
+                        warn!(
+                            "upgrade: no control socket: cannot listen on {}: {e}",
+                            ctl.display()
+                        );
+                        (None, None)
+                    }
+                };
             let sockets = Sockets {
                 listener: r.listener.take(),
                 pid_file: r.pid_file.take(),
                 upgrades: r.upgrades.take(),
+                ctl,
+                ctl_staged,
                 handed: Some(Box::new(r)),
                 path: Some(path.clone()),
                 inner,
@@ -230,6 +255,7 @@ impl Bound {
         }
         let mut pid_file = None;
         let mut upgrades = None;
+        let mut ctl = None;
         let (listener, path) = match &cfg.listen {
             Listen::Path(p) => {
                 let mut pid_path = p.clone().into_os_string();
@@ -261,6 +287,7 @@ impl Bound {
                         source,
                     },
                 )?);
+                ctl = Some(bind_control(p, cfg.socket_group)?);
                 (listener, Some(p.clone()))
             }
             Listen::Fd(fd) => {
@@ -276,6 +303,8 @@ impl Bound {
                 path,
                 pid_file,
                 upgrades,
+                ctl,
+                ctl_staged: None,
                 inner,
                 pid: std::process::id(),
             },
@@ -296,6 +325,7 @@ impl Bound {
     {
         let cfg = &self.cfg;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages).allow_mmap(cfg.allow_mmap);
+        let fs = dispatcher.fs.clone();
         let backend = FsBackend::new(
             dispatcher,
             cfg.num_request_queues,
@@ -306,17 +336,50 @@ impl Bound {
         .map_err(Error::StartWorkers)?;
         Ok(Daemon {
             backend: Arc::new(backend),
+            fs,
             sockets: self.sockets,
             signals: self.signals,
         })
     }
 }
 
-/// Removes the socket, its pid file and upgrade channel (on exit; the sandbox's parent does
-/// it for its child).
+/// The host's control socket next to the vhost-user socket `socket`: `<socket>.ctl`.
+pub fn ctl_path(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".ctl");
+    PathBuf::from(p)
+}
+
+/// The host's control socket (`<socket>.ctl`), served by `crate::ctl::server`.
+#[derive(Debug)]
+pub struct ControlSocket {
+    /// The listening socket (mode 0600, or 0660 owned by `group`).
+    pub listener: UnixListener,
+    /// `--socket-group`: its members may use the socket too.
+    pub group: Option<u32>,
+}
+
+/// Binds `<socket>.ctl`: mode 0600, or with `--socket-group` 0660 owned by that group.
+fn bind_control(socket: &Path, group: Option<u32>) -> Result<ControlSocket, Error> {
+    let path = ctl_path(socket);
+    let listener =
+        crate::sys::files::bind_unix(&path, Some(0o600)).map_err(|source| Error::Listen {
+            path: path.clone(),
+            source,
+        })?;
+    if let Some(gid) = group {
+        crate::sys::files::give_socket_to_group(&path, gid)
+            .map_err(|source| Error::SocketGroup { path, source })?;
+    }
+    Ok(ControlSocket { listener, group })
+}
+
+/// Removes the socket, its pid file, upgrade channel and control socket (on exit; the
+/// sandbox's parent does it for its child).
 pub fn remove_socket_files(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(upgrade::channel_path(path));
+    let _ = std::fs::remove_file(ctl_path(path));
     let mut pid = path.to_path_buf().into_os_string();
     pid.push(".pid");
     let _ = std::fs::remove_file(pid);
@@ -329,6 +392,18 @@ where
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
         Bound::new(cfg)?.start(fs)
+    }
+
+    /// The filesystem served, for the host's control interface.
+    pub fn fs(&self) -> Arc<F> {
+        self.fs.clone()
+    }
+
+    /// The control socket (`<socket>.ctl`; none with `--fd`), to serve beside the daemon.
+    /// With `--upgrade` it takes the running daemon's place once [`Daemon::run`] has the
+    /// session.
+    pub fn take_control(&mut self) -> Option<ControlSocket> {
+        self.sockets.ctl.take()
     }
 
     /// Serves one frontend until it disconnects, SIGTERM/SIGINT arrives, or the session goes
@@ -378,7 +453,22 @@ where
             pid_file: sockets.pid_file.as_ref().and_then(|f| f.try_clone().ok()),
         });
         if let Some(handed) = sockets.handed {
-            let t = take_over(&self.backend, &rings, *handed, inner).map_err(Error::Upgrade)?;
+            let taken = take_over(&self.backend, &rings, *handed, inner);
+            let staged = sockets.ctl_staged;
+            let t = match taken {
+                Ok(t) => t,
+                Err(e) => {
+                    if let Some(s) = staged {
+                        s.abandon();
+                    }
+                    return Err(Error::Upgrade(e));
+                }
+            };
+            if let Some(staged) = staged {
+                if let Err(e) = staged.publish() {
+                    warn!("upgrade: cannot put the control socket in place: {e}");
+                }
+            }
             let _ = tap.set(t);
             // The pid file (locked by the old daemon, the lock shared with this one) names
             // this daemon from now on.
