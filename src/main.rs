@@ -63,6 +63,13 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     }
+    let mut reload = match union_virtiofsd::ctl::reload::Reload::open(cfg.config_file.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            error!("cannot open the directory of --config: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let bound = match Bound::new(&cfg.daemon) {
         Ok(b) => b,
         Err(e) => {
@@ -96,6 +103,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // The serving process only (the sandbox's supervisor forwards SIGHUP to it).
+    if let Err(e) = reload.catch() {
+        error!("cannot catch SIGHUP: {e}");
+        return ExitCode::FAILURE;
+    }
     let in_sandbox_child = cfg.confinement.sandbox == union_virtiofsd::args::SandboxMode::Namespace;
     if let Err(e) = union_virtiofsd::confine::drop_caps(&cfg.confinement) {
         error!("cannot drop capabilities: {e}");
@@ -117,6 +129,7 @@ fn main() -> ExitCode {
         }
     };
     union_virtiofsd::ctl::start(&mut daemon);
+    reload.spawn(daemon.fs());
     // The guest's umask rules from here on (the socket was made with the inherited one).
     set_umask(0);
     match daemon.run() {

@@ -157,6 +157,14 @@ fn branch_edits_send_the_directories() {
         let p = canon.join(n).display().to_string();
         assert!(branches.contains(&p), "{p} not in {branches}");
     }
+    // The sandboxed daemon serves the new branch it never saw by path.
+    let mut dev = d.session();
+    let e = dev
+        .lookup(vufs_frontend::ops::ROOT_ID, b"only-here")
+        .unwrap_or_else(|e| panic!("lookup on the added branch: {e}\n{}", d.log()));
+    let fh = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap().fh;
+    assert_eq!(dev.read(e.nodeid, fh, 0, 16).unwrap(), b"x");
+    assert!(d.log().contains("sandbox: new mount"), "{}", d.log());
     let found = ctl_ok(&d, &["query", "/only-here", "fullpath"]);
     assert_eq!(
         found.trim(),
@@ -166,6 +174,33 @@ fn branch_edits_send_the_directories() {
     ctl_ok(&d, &["set", "branches", &format!("-{disk2}")]);
     let branches = ctl_ok(&d, &["get", "branches"]);
     assert!(!branches.contains(&disk2), "{branches}");
+}
+
+#[test]
+fn sighup_rereads_the_config_file_all_or_nothing() {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("pool.conf");
+    std::fs::write(&conf, "category.create=ff\n").unwrap();
+    let conf_arg = conf.display().to_string();
+    let d = Daemon::start(&["a"], &["--config", &conf_arg]);
+    let _ = ctl_path(&d);
+    assert_eq!(ctl_ok(&d, &["get", "category.create"]).trim(), "ff");
+    // Replaced as an editor does (a new file renamed over the old one), then SIGHUP to the
+    // process the launcher started (in the sandbox, the supervisor forwards it).
+    let replace = |text: &str| {
+        let tmp = conf_dir.path().join("pool.conf.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &conf).unwrap();
+        let pid = rustix::process::Pid::from_raw(d.proc.pid() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    };
+    replace("category.create=mfs\nminfreespace=1G\n");
+    d.wait_for_log("SIGHUP: re-read");
+    assert_eq!(ctl_ok(&d, &["get", "category.create"]).trim(), "mfs");
+    assert_eq!(ctl_ok(&d, &["get", "minfreespace"]).trim(), "1G");
+    replace("category.create=lus\ninodecalc=path-hash\n");
+    d.wait_for_log("nothing changed");
+    assert_eq!(ctl_ok(&d, &["get", "category.create"]).trim(), "mfs");
 }
 
 /// Sends `payload` as one frame on `s`.

@@ -141,6 +141,8 @@ pub struct Config {
     pub rlimit_nofile: Option<u64>,
     /// One line each for settings that are accepted but not (fully) honoured, logged at start.
     pub notes: Vec<String>,
+    /// `--config`, re-read on SIGHUP.
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 impl From<LogLevel> for LevelFilter {
@@ -294,6 +296,7 @@ impl TryFrom<Args> for Config {
             confinement,
             rlimit_nofile: args.rlimit_nofile,
             notes,
+            config_file: args.config.clone(),
         })
     }
 }

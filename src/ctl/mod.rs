@@ -7,6 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod edit;
 pub mod proto;
+pub mod reload;
 pub mod server;
 
 use std::os::fd::OwnedFd;

@@ -108,10 +108,10 @@ fn build_root(roots: &[(BorrowedFd<'_>, &Path)]) -> io::Result<Vec<OwnedFd>> {
     Ok(reopened)
 }
 
-/// In the parent: forwards SIGTERM/SIGINT to `child` until it exits; returns its exit code
+/// In the parent: forwards SIGTERM/SIGINT (and SIGHUP, which re-reads `--config`) to `child` until it exits; returns its exit code
 /// (128 + signal if it was killed). Single-threaded: SIGCHLD wakes it when the child is gone.
 pub fn supervise(child: libc::pid_t) -> i32 {
-    use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
     let reap = || {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer for the call.
@@ -123,7 +123,8 @@ pub fn supervise(child: libc::pid_t) -> i32 {
             _ => Some(1),
         }
     };
-    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGCHLD]) {
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGCHLD, SIGHUP])
+    {
         Ok(s) => s,
         Err(_) => return 1,
     };
@@ -146,7 +147,8 @@ pub fn supervise(child: libc::pid_t) -> i32 {
     1
 }
 
-/// Blocks or unblocks SIGTERM and SIGINT for this thread (`how`: SIG_BLOCK or SIG_UNBLOCK).
+/// Blocks or unblocks SIGTERM, SIGINT and SIGHUP for this thread (`how`: SIG_BLOCK or
+/// SIG_UNBLOCK).
 fn stop_signals(how: libc::c_int) {
     // SAFETY: the set is initialised by sigemptyset before use; the old set is not asked for.
     unsafe {
@@ -154,6 +156,7 @@ fn stop_signals(how: libc::c_int) {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(how, &set, std::ptr::null_mut());
     }
 }
