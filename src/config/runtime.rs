@@ -196,18 +196,19 @@ impl UnionFs {
                 ));
             }
         }
-        let before = self.options();
-        let mut s = Settings {
-            opts: before.clone(),
-            ..Default::default()
-        };
-        s.apply(&n, value).map_err(|e| match e {
-            OptionError::Unknown(_) => unknown(key),
-            e => CtlError::new(libc::EINVAL, format!("invalid value: {e}")),
+        self.update_options(|opts| {
+            let mut s = Settings {
+                opts: opts.clone(),
+                ..Default::default()
+            };
+            s.apply(&n, value).map_err(|e| match e {
+                OptionError::Unknown(_) => unknown(key),
+                e => CtlError::new(libc::EINVAL, format!("invalid value: {e}")),
+            })?;
+            *opts = s.opts;
+            Ok(())
         })?;
-        let now = self.ctl_get(&n)?;
-        self.set_options(s.opts);
-        Ok(format!("now {now}"))
+        Ok(format!("now {}", self.ctl_get(&n)?))
     }
 
     /// A per-file query (`basepath`, `relpath`, `fullpath`, `allpaths`, with or without the
@@ -257,7 +258,10 @@ pub fn reload(fs: &UnionFs, file: &str, text: &str) -> Result<String, CtlError> 
             .map(|f| format!("func.{}={}", f.name(), s.opts.policies.get(*f).name())),
     );
     if s.opts != before {
-        fs.set_options(s.opts);
+        fs.update_options(|o| {
+            *o = s.opts;
+            Ok(())
+        })?;
     }
     changes.extend(changed);
     Ok(if changes.is_empty() {

@@ -56,14 +56,21 @@ impl UnionFs {
         self.current.load().branches.indices().collect()
     }
 
-    /// Makes `opts` the options of every request that begins from now on (which options
-    /// may change while the guest runs is the caller's decision).
-    pub fn set_options(&self, opts: UnionOptions) {
+    /// Changes the options of every request that begins from now on with `change` (which
+    /// options may change while the guest runs is the caller's decision); an error changes
+    /// nothing. Changes are made one at a time.
+    pub fn update_options(
+        &self,
+        change: impl FnOnce(&mut UnionOptions) -> Result<(), CtlError>,
+    ) -> Result<(), CtlError> {
         let _one = self.editing.locked();
         let cur = self.current.load_full();
+        let mut opts = cur.opts.clone();
+        change(&mut opts)?;
         let mut branches = cur.branches.clone();
         branches.refloor(opts.minfreespace);
         self.current.store(Arc::new(View { branches, opts }));
+        Ok(())
     }
 
     /// Applies a branch edit: the branches it adds are `dirs` (opened by the caller, in the
