@@ -134,8 +134,8 @@ fn options_as_mergerfs_runtime_keys() {
     fs::write(b.path().join("f"), "b").unwrap();
     let u = union_with(&[(a.path(), "RW"), (b.path(), "RW")], "category.create=ff");
     assert_eq!(u.ctl_get("category.create").unwrap(), "ff");
-    u.ctl_set("user.mergerfs.category.create", "lus", no_dirs())
-        .unwrap();
+    let said = u.ctl_set("user.mergerfs.category.create", "lus", no_dirs());
+    assert_eq!(said.unwrap(), "now lus");
     assert_eq!(u.ctl_get("func.mkdir").unwrap(), "lus");
     u.ctl_set("func.getattr", "newest", no_dirs()).unwrap();
     assert_eq!(u.ctl_get("func.getattr").unwrap(), "newest");
