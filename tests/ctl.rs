@@ -197,7 +197,7 @@ fn sighup_rereads_the_config_file_all_or_nothing() {
     replace("category.create=mfs\nminfreespace=1G\n");
     d.wait_for_log("SIGHUP: re-read");
     assert_eq!(ctl_ok(&d, &["get", "category.create"]).trim(), "mfs");
-    assert_eq!(ctl_ok(&d, &["get", "minfreespace"]).trim(), "1G");
+    assert_eq!(ctl_ok(&d, &["get", "minfreespace"]).trim(), "1073741824");
     replace("category.create=lus\ninodecalc=path-hash\n");
     d.wait_for_log("nothing changed");
     assert_eq!(ctl_ok(&d, &["get", "category.create"]).trim(), "mfs");

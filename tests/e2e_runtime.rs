@@ -235,7 +235,7 @@ fn branches_change_while_the_guest_writes() {
     // The options parsed, and read back by their mergerfs names.
     for (key, want) in [
         ("category.create", "mfs"),
-        ("minfreespace", "1M"),
+        ("minfreespace", "1048576"),
         ("cache.entry", "1"),
         ("cache.negative_entry", "0"),
     ] {

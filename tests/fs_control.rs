@@ -141,7 +141,7 @@ fn options_as_mergerfs_runtime_keys() {
     assert_eq!(u.ctl_get("func.getattr").unwrap(), "newest");
     assert_eq!(u.ctl_get("category.search").unwrap(), "ff,newest");
     u.ctl_set("minfreespace", "1G", no_dirs()).unwrap();
-    assert_eq!(u.ctl_get("minfreespace").unwrap(), "1G");
+    assert_eq!(u.ctl_get("minfreespace").unwrap(), "1073741824");
     u.ctl_set("cache.negative_entry", "2.5", no_dirs()).unwrap();
     assert_eq!(u.ctl_get("cache.negative-entry").unwrap(), "2.5");
     u.ctl_set("moveonenospc", "true", no_dirs()).unwrap();
@@ -270,7 +270,7 @@ fn config_reload_applies_all_or_nothing() {
     );
     let change = reload(&u, "pool.conf", &text).unwrap();
     assert!(
-        change.contains("added") && change.contains("minfreespace=2G"),
+        change.contains("added") && change.contains("minfreespace=2147483648"),
         "{change}"
     );
     assert_eq!(u.ctl_get("category.create").unwrap(), "mfs");
@@ -347,4 +347,27 @@ fn a_directory_outlives_the_branch_its_node_was_found_on() {
     assert!(b.path().join("d/new").exists());
     // A file that was only on a is stale.
     assert_eq!(errno_of(u.getattr(&ctx(), on_a.inode, None)), libc::ESTALE);
+}
+
+#[test]
+fn invalidate_all_nodes_closes_named_nodes_descriptors() {
+    let a = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        fs::write(a.path().join(format!("f{i}")), "x").unwrap();
+    }
+    let u = union(&[(a.path(), "RW")]);
+    let nodes: Vec<_> = (0..5)
+        .map(|i| walk(&u, &format!("f{i}")).unwrap())
+        .collect();
+    assert_eq!(u.node_fd_count(), 5);
+    let said = u
+        .ctl_set("user.mergerfs.cmd.invalidate-all-nodes", "", no_dirs())
+        .unwrap();
+    assert_eq!(said, "5 node descriptors closed");
+    assert_eq!(u.node_fd_count(), 0);
+    // Each is found again when used.
+    for n in &nodes {
+        u.getattr(&ctx(), n.inode, None).unwrap();
+    }
+    assert_eq!(u.node_fd_count(), 5);
 }

@@ -3,6 +3,11 @@
 //! what every branch holds afterwards) must be identical. Needs root, mergerfs and fuse3
 //! (`apt-get install -y mergerfs fuse3`); a missing mergerfs fails, it never skips.
 //!
+//! The `runtime_*` tests make the same runtime change on both sides (mergerfs: setxattr of
+//! `user.mergerfs.<key>` on `<mount>/.mergerfs`; ours: `UnionFs::ctl_set`), branch edits
+//! included, then compare what follows; the `*_side_by_side` ones show, without diffing, where
+//! we differ from mergerfs 2.33 on purpose.
+//!
 //! `MERGERFS_DIFF_SHOW=1 cargo test --test mergerfs_diff -- --nocapture` prints both outcomes
 //! of every scenario. `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
 //! name at mount time and crashes on the first create).
@@ -996,4 +1001,759 @@ fn moveonenospc_mfs() {
         },
     );
     assert_eq!(out.holders("d/grow"), [1]);
+}
+
+// Runtime edits: the same change made through mergerfs's control file (`setfattr -n
+// user.mergerfs.<key> -v <value> <mount>/.mergerfs`) and through our `ctl_set`, then the same
+// operations. `{i}` in a value is branch `i`'s root on each side; branches made with `spare`
+// start outside the union.
+
+/// Records `set KEY=VALUE` and its result.
+fn set(t: &mut Trace, o: &dyn Ops, key: &str, value: &str) {
+    t.rec(&format!("set {key}={value}"), o.set_option(key, value))
+        .ok();
+}
+
+/// Records `get KEY` and the value.
+fn get(t: &mut Trace, o: &dyn Ops, key: &str) {
+    t.rec(&format!("get {key}"), o.get_option(key)).ok();
+}
+
+/// A size as mergerfs and we write it (`20971520`, `20M`, `1536K`), in bytes.
+fn size_bytes(v: &str) -> u64 {
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = digits
+        .parse()
+        .unwrap_or_else(|_| panic!("not a size: {v:?}"));
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => panic!("not a size: {v:?}"),
+    };
+    n << shift
+}
+
+/// Records `get minfreespace` in bytes. mergerfs 2.33 shows the value in bytes
+/// (`20971520`), we as it is written with the largest exact binary unit (`20M`, as
+/// mergerfs writes a branch's own minimum in `branches`): the same number, so the trace
+/// compares it normalised (`minfreespace_formats_side_by_side` shows both).
+fn get_minfreespace(t: &mut Trace, o: &dyn Ops) {
+    let v = o.get_option("minfreespace").map(|v| size_bytes(&v));
+    t.rec("get minfreespace (bytes)", v).ok();
+}
+
+/// Two branches and a spare that has the most free space: 14M, 24M and 64M free.
+const APPEND: &[BranchSpec] = &[
+    br("16M", "RW", 2 * MIB),
+    br("32M", "RW", 8 * MIB),
+    spare("64M", 0),
+];
+
+/// With mfs, a branch appended at run time with the most free space takes every create from
+/// then on (the parent `d` is cloned onto it), and what it held already becomes visible.
+#[test]
+fn runtime_append_takes_creates_by_free_space() {
+    let o = assert_same(
+        "runtime +>",
+        &Scenario {
+            branches: APPEND,
+            options: "category.create=mfs,minfreespace=1M",
+            setup: &|s| {
+                s.dir(0, "d", 0o711);
+                s.file(2, "pre", "on the spare");
+            },
+            run: &|t, o| {
+                t.rec("create before", o.create("before", b"b")).ok();
+                t.rec("read pre", o.read("pre")).ok();
+                get(t, o, "branches");
+                set(t, o, "branches", "+>{2}");
+                get(t, o, "branches");
+                get(t, o, "srcmounts");
+                t.rec("read pre", o.read("pre")).ok();
+                create_kinds(t, o);
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("before"), [1], "{o}");
+    for p in ["f", "g", "d/f", "d/g", "d/s"] {
+        assert_eq!(o.holders(p), [2], "mergerfs placed {p}\n{o}");
+    }
+}
+
+const THREE_AND_SPARE: &[BranchSpec] = &[
+    br("16M", "RW", 0),
+    br("16M", "RW", 0),
+    br("16M", "RW", 0),
+    spare("16M", 0),
+];
+
+/// With ff, a branch prepended at run time is the first found: creates land there, and its
+/// copy of a name shadows the others.
+#[test]
+fn runtime_prepend_takes_creates_with_ff() {
+    let o = assert_same(
+        "runtime +<",
+        &Scenario {
+            branches: THREE_AND_SPARE,
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|s| {
+                s.file(0, "dup", "dup0");
+                s.file(3, "dup", "dup3");
+                s.dir(1, "d", 0o750);
+            },
+            run: &|t, o| {
+                t.rec("create a", o.create("a", b"a")).ok();
+                t.rec("read dup", o.read("dup")).ok();
+                set(t, o, "branches", "+<{3}");
+                get(t, o, "branches");
+                t.rec("read dup", o.read("dup")).ok();
+                t.rec("create b", o.create("b", b"b")).ok();
+                t.rec("mkdir c", o.mkdir("c", 0o755)).ok();
+                t.rec("create d/f", o.create("d/f", b"in d")).ok();
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("a"), [0], "{o}");
+    for p in ["b", "c", "d/f"] {
+        assert_eq!(o.holders(p), [3], "mergerfs placed {p}\n{o}");
+    }
+}
+
+/// `-PATTERN` takes a branch out: what only it held disappears from lookups and readdir, a
+/// name it shared shows the next copy, creates go to the remaining branches, and the removed
+/// branch's files stay where they are.
+#[test]
+fn runtime_remove_by_pattern() {
+    let o = assert_same(
+        "runtime -{0}",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("16M", "RW", 0), br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|s| {
+                s.file(0, "only0", "o0");
+                s.file(0, "both", "b0");
+                s.file(1, "both", "b1");
+                s.dir(0, "d", 0o755);
+                s.dir(1, "d", 0o755);
+                s.file(0, "d/x", "x");
+                s.file(1, "d/y", "y");
+            },
+            run: &|t, o| {
+                t.rec("read only0", o.read("only0")).ok();
+                t.rec("read both", o.read("both")).ok();
+                t.rec("read_dir d", o.read_dir("d").map(sorted)).ok();
+                set(t, o, "branches", "-{0}");
+                get(t, o, "branches");
+                t.rec("read only0", o.read("only0")).ok();
+                t.rec("mode only0", o.mode("only0")).ok();
+                t.rec("unlink only0", o.unlink("only0")).ok();
+                t.rec("read both", o.read("both")).ok();
+                t.rec("read d/x", o.read("d/x")).ok();
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+                t.rec("read_dir d", o.read_dir("d").map(sorted)).ok();
+                t.rec("create new", o.create("new", b"n")).ok();
+                t.rec("mkdir nd", o.mkdir("nd", 0o755)).ok();
+                t.rec("create d/z", o.create("d/z", b"z")).ok();
+                t.rec("create only0", o.create("only0", b"again")).ok();
+            },
+        },
+    );
+    assert_eq!(
+        o.branches[0].get("only0").unwrap(),
+        "file 644 \"o0\"",
+        "{o}"
+    );
+    for p in ["new", "nd", "d/z"] {
+        assert_eq!(o.holders(p), [1], "mergerfs placed {p}\n{o}");
+    }
+}
+
+/// `-<` and `->` take out the first and the last branch; `=LIST` replaces the list with
+/// modes. The RO branch (also the one with the most free space) is never chosen for a
+/// create, by ff or mfs, and a file only on it cannot be unlinked (EROFS).
+#[test]
+fn runtime_remove_first_and_last_then_replace_with_modes() {
+    let o = assert_same(
+        "runtime -< -> =",
+        &Scenario {
+            branches: &[
+                br("64M", "RW", 0),
+                br("16M", "RW", 0),
+                br("16M", "RW", 0),
+                br("16M", "RW", 0),
+            ],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|s| {
+                s.file(0, "ro_file", "r");
+                s.file(3, "last", "l");
+            },
+            run: &|t, o| {
+                set(t, o, "branches", "-<");
+                get(t, o, "branches");
+                t.rec("read ro_file", o.read("ro_file")).ok();
+                t.rec("create a", o.create("a", b"a")).ok();
+                set(t, o, "branches", "->");
+                get(t, o, "branches");
+                t.rec("read last", o.read("last")).ok();
+                set(t, o, "branches", "={0}=RO:{1}=RW");
+                get(t, o, "branches");
+                t.rec("read ro_file", o.read("ro_file")).ok();
+                t.rec("create b", o.create("b", b"b")).ok();
+                t.rec("mkdir c", o.mkdir("c", 0o755)).ok();
+                t.rec("unlink ro_file", o.unlink("ro_file")).ok();
+                set(t, o, "category.create", "mfs");
+                t.rec("create e", o.create("e", b"e")).ok();
+                t.rec("mkdir h", o.mkdir("h", 0o755)).ok();
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+            },
+        },
+    );
+    assert_eq!(o.holders("a"), [1], "{o}");
+    for p in ["b", "c", "e", "h"] {
+        assert_eq!(o.holders(p), [1], "mergerfs placed {p}\n{o}");
+    }
+    assert_eq!(o.holders("ro_file"), [0], "{o}");
+}
+
+/// Branches added at run time with a mode and a floor of their own: an NC branch is never
+/// created on but its files are read and removed; a branch below its own floor is skipped;
+/// `=LIST` changes both (an item without a mode is RW); `srcmounts` edits as `branches` does,
+/// and `-` takes several patterns and globs.
+#[test]
+fn runtime_added_branches_with_modes_and_floors() {
+    let o = assert_same(
+        "runtime modes and floors",
+        &Scenario {
+            branches: &[
+                br("16M", "RW", 2 * MIB),
+                br("16M", "RW", 0),
+                spare("64M", 0),
+                spare("64M", 4 * MIB),
+            ],
+            options: "category.create=mfs,minfreespace=1M",
+            setup: &|s| {
+                s.file(2, "nc_file", "nc");
+                s.file(2, "nc_keep", "nc");
+            },
+            run: &|t, o| {
+                set(t, o, "branches", "+>{2}=NC:{3}=RW,100M");
+                get(t, o, "branches");
+                t.rec("read nc_file", o.read("nc_file")).ok();
+                t.rec("unlink nc_file", o.unlink("nc_file")).ok();
+                t.rec("create f", o.create("f", b"f")).ok();
+                t.rec("mkdir d", o.mkdir("d", 0o755)).ok();
+                set(t, o, "branches", "={0}:{1}:{2}=RW,70M:{3}");
+                get(t, o, "branches");
+                t.rec("create g", o.create("g", b"g")).ok();
+                t.rec("create d/g", o.create("d/g", b"dg")).ok();
+                set(t, o, "srcmounts", "-{0}:{3}*");
+                get(t, o, "branches");
+                get(t, o, "srcmounts");
+                t.rec("read g", o.read("g")).ok();
+                t.rec("create h", o.create("h", b"h")).ok();
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+            },
+        },
+    );
+    for (p, want) in [("f", &[1][..]), ("d", &[1, 3]), ("g", &[3]), ("h", &[1])] {
+        assert_eq!(o.holders(p), want, "mergerfs placed {p}\n{o}");
+    }
+    assert_eq!(o.holders("nc_file"), [] as [usize; 0], "{o}");
+}
+
+/// A branch's own floor reads back in `branches` as mergerfs writes it: the largest exact
+/// binary unit, upper case (`1536000` is `1500K`, `3k` is `3K`), bytes when none is exact.
+#[test]
+fn runtime_branch_floor_formats() {
+    assert_same(
+        "runtime branch floors",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), spare("16M", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                for v in [
+                    "12345", "1500K", "1536000", "1048576", "0", "1025K", "3k", "10m", "2G", "1T",
+                ] {
+                    set(t, o, "branches", &format!("+>{{1}}=RW,{v}"));
+                    get(t, o, "branches");
+                    set(t, o, "branches", "-{1}");
+                }
+                for v in ["3k", "10m", "1536000"] {
+                    set(t, o, "minfreespace", v);
+                    get_minfreespace(t, o);
+                }
+            },
+        },
+    );
+}
+
+/// A difference in what is accepted: mergerfs 2.33 takes whole numbers only for a size
+/// (`1.5M` is EINVAL, for `minfreespace` and for a branch's floor); our size parser also
+/// takes fractions (`1.5M` is 1536K), as it does in `-o`.
+#[test]
+fn runtime_fractional_sizes_side_by_side() {
+    let (theirs, ours) = side_by_side(
+        "fractional sizes",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), spare("16M", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                set(t, o, "minfreespace", "1.5M");
+                get_minfreespace(t, o);
+                set(t, o, "branches", "+>{1}=RW,1.5M");
+                get(t, o, "branches");
+            },
+        },
+    );
+    assert_eq!(
+        theirs.trace,
+        [
+            "set minfreespace=1.5M: EINVAL",
+            "get minfreespace (bytes): Ok(1048576)",
+            "set branches=+>{1}=RW,1.5M: EINVAL",
+            "get branches: Ok(\"{0}=RW\")",
+        ]
+    );
+    assert_eq!(
+        ours.trace,
+        [
+            "set minfreespace=1.5M: Ok(())",
+            "get minfreespace (bytes): Ok(1572864)",
+            "set branches=+>{1}=RW,1.5M: Ok(())",
+            "get branches: Ok(\"{0}=RW:{1}=RW,1536K\")",
+        ]
+    );
+}
+
+/// `category.create`, `func.mkdir`, `minfreespace` and `moveonenospc` changed at run time
+/// rule the creates that follow, and read back as set (on the SPACE branches: ff → 0,
+/// lfs → 1, mfs → 4; above a 20M floor only 2, 3 and 4 qualify).
+#[test]
+fn runtime_policy_and_minfreespace_changes() {
+    let o = assert_same(
+        "runtime options",
+        &Scenario {
+            branches: SPACE,
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                get(t, o, "category.create");
+                get(t, o, "func.mkdir");
+                get_minfreespace(t, o);
+                t.rec("create a", o.create("a", b"a")).ok();
+                set(t, o, "category.create", "mfs");
+                get(t, o, "category.create");
+                get(t, o, "func.create");
+                get(t, o, "func.mkdir");
+                t.rec("create b", o.create("b", b"b")).ok();
+                set(t, o, "user.mergerfs.func.mkdir", "lfs");
+                get(t, o, "func.mkdir");
+                get(t, o, "user.mergerfs.func.create");
+                t.rec("mkdir c", o.mkdir("c", 0o755)).ok();
+                t.rec("create e", o.create("e", b"e")).ok();
+                set(t, o, "minfreespace", "20M");
+                get_minfreespace(t, o);
+                t.rec("mkdir g", o.mkdir("g", 0o755)).ok();
+                t.rec("create h", o.create("h", b"h")).ok();
+                set(t, o, "category.create", "ff");
+                get(t, o, "category.create");
+                t.rec("mkdir i", o.mkdir("i", 0o755)).ok();
+                t.rec("create j", o.create("j", b"j")).ok();
+                set(t, o, "minfreespace", "200M");
+                get_minfreespace(t, o);
+                t.rec("create k", o.create("k", b"k")).ok();
+                t.rec("mkdir l", o.mkdir("l", 0o755)).ok();
+                set(t, o, "moveonenospc", "true");
+                get(t, o, "moveonenospc");
+                set(t, o, "moveonenospc", "false");
+                get(t, o, "moveonenospc");
+            },
+        },
+    );
+    for (p, want) in [
+        ("a", 0),
+        ("b", 4),
+        ("c", 1),
+        ("e", 4),
+        ("g", 2),
+        ("h", 4),
+        ("i", 2),
+        ("j", 2),
+    ] {
+        assert_eq!(o.holders(p), [want], "mergerfs placed {p}\n{o}");
+    }
+    assert!(
+        o.holders("k").is_empty() && o.holders("l").is_empty(),
+        "{o}"
+    );
+}
+
+/// `=LIST` over the same directories changes their modes in place (RW to RO, NC to RW: the
+/// former NC branch is then the first with room above the 15M floor);
+/// a plain `+` appends; a branch's own floor outlives a change of the global `minfreespace`.
+#[test]
+fn runtime_modes_changed_in_place_and_own_floors_kept() {
+    let o = assert_same(
+        "runtime modes in place",
+        &Scenario {
+            branches: &[
+                br("16M", "RW,1M", 2 * MIB),
+                br("16M", "NC", 0),
+                br("32M", "RW", 0),
+                spare("16M", 0),
+            ],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|s| {
+                for b in 0..3 {
+                    s.file(b, &format!("on{b}"), &format!("{b}"));
+                }
+            },
+            run: &|t, o| {
+                get(t, o, "branches");
+                t.rec("create a", o.create("a", b"a")).ok();
+                set(t, o, "minfreespace", "15M");
+                get(t, o, "branches");
+                // Branch 0 has 14M free: under the global floor, above its own.
+                t.rec("create b", o.create("b", b"b")).ok();
+                set(t, o, "branches", "={0}=RO:{1}=RW:{2}");
+                get(t, o, "branches");
+                t.rec("create c", o.create("c", b"c")).ok();
+                t.rec("unlink on0", o.unlink("on0")).ok();
+                t.rec("chmod on0", o.chmod("on0", 0o600)).ok();
+                t.rec("unlink on1", o.unlink("on1")).ok();
+                set(t, o, "branches", "+{3}=RW,1M");
+                get(t, o, "branches");
+                set(t, o, "branches", "-{1}:{2}");
+                get(t, o, "branches");
+                t.rec("create d", o.create("d", b"d")).ok();
+                t.rec("read_dir /", o.read_dir("").map(sorted)).ok();
+            },
+        },
+    );
+    for (p, want) in [("a", 0), ("b", 0), ("c", 1), ("d", 3)] {
+        assert_eq!(o.holders(p), [want], "mergerfs placed {p}\n{o}");
+    }
+}
+
+/// `category.search` and `category.action` changed at run time: which copy is read, and
+/// which copies a chmod changes.
+#[test]
+fn runtime_search_and_action_changes() {
+    assert_same(
+        "runtime search and action",
+        &Scenario {
+            branches: THREE_RW,
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|s| {
+                for (b, t) in [(0, 1_000), (1, 3_000), (2, 2_000)] {
+                    s.file(b, "f", &format!("copy {b}"));
+                    s.mtime(b, "f", t);
+                }
+            },
+            run: &|t, o| {
+                t.rec("read f", o.read("f")).ok();
+                set(t, o, "category.search", "newest");
+                get(t, o, "category.search");
+                get(t, o, "func.open");
+                t.rec("read f", o.read("f")).ok();
+                set(t, o, "func.open", "ff");
+                t.rec("read f", o.read("f")).ok();
+                set(t, o, "category.action", "epff");
+                get(t, o, "category.action");
+                t.rec("chmod f", o.chmod("f", 0o600)).ok();
+                // getattr still takes the newest copy (1), which epff did not change.
+                t.rec("mode f", o.mode("f")).ok();
+                set(t, o, "func.getattr", "ff");
+                t.rec("mode f", o.mode("f")).ok();
+                set(t, o, "func.chmod", "all");
+                t.rec("chmod f", o.chmod("f", 0o640)).ok();
+                set(t, o, "category.action", "epall");
+                t.rec("truncate f", o.truncate("f", 2)).ok();
+            },
+        },
+    );
+}
+
+/// `moveonenospc` switched on at run time: a write that fills its branch moves the file to
+/// the branch with the most free space (see `moveonenospc_mfs`).
+#[test]
+fn runtime_moveonenospc_switched_on() {
+    let out = assert_same(
+        "runtime moveonenospc",
+        &Scenario {
+            branches: MOVE,
+            options: "category.create=ff,minfreespace=0",
+            setup: &grow_setup,
+            run: &|t, o| {
+                set(t, o, "moveonenospc", "mfs");
+                get(t, o, "moveonenospc");
+                grow_run(t, o);
+            },
+        },
+    );
+    assert_eq!(out.holders("d/grow"), [1]);
+}
+
+/// A category whose functions have different policies reads back as mergerfs 2.33 writes it:
+/// each policy once, sorted by name (mergerfs joins a `std::set`).
+#[test]
+fn runtime_get_of_a_mixed_category() {
+    assert_same(
+        "runtime mixed category",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                set(t, o, "category.create", "mfs");
+                set(t, o, "func.mkdir", "lfs");
+                get(t, o, "category.create");
+                set(t, o, "func.symlink", "eplus");
+                get(t, o, "category.create");
+                set(t, o, "func.getattr", "newest");
+                get(t, o, "category.search");
+                set(t, o, "func.chmod", "ff");
+                get(t, o, "category.action");
+            },
+        },
+    );
+}
+
+/// The errnos of refused settings, as mergerfs gives them: an unknown key is ENOATTR
+/// (ENODATA on Linux), a read-only one EROFS, a bad value or branch edit EINVAL; nothing
+/// changes.
+#[test]
+fn runtime_refused_settings() {
+    assert_same(
+        "runtime errors",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("16M", "RW", 0), spare("16M", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                get(t, o, "nosuch");
+                set(t, o, "nosuch", "1");
+                get(t, o, "func.nosuch");
+                set(t, o, "func.nosuch", "ff");
+                set(t, o, "version", "9");
+                set(t, o, "pid", "1");
+                set(t, o, "minfreespace", "lots");
+                get_minfreespace(t, o);
+                set(t, o, "moveonenospc", "bogus");
+                get(t, o, "moveonenospc");
+                set(t, o, "branches", "<>{2}");
+                set(t, o, "branches", "+{2}=ZZ");
+                get(t, o, "branches");
+                t.rec("create f", o.create("f", b"f")).ok();
+            },
+        },
+    );
+}
+
+/// Runs `sc` on both sides for a documented difference: prints both outcomes, and returns
+/// them for the caller's side-by-side assertions.
+fn side_by_side(name: &str, sc: &Scenario) -> (Outcome, Outcome) {
+    let (theirs, ours) = run_both(sc);
+    eprintln!("{name}:\n--- mergerfs 2.33:\n{theirs}--- ours:\n{ours}");
+    (theirs, ours)
+}
+
+/// A deliberate difference: mergerfs 2.33 adds a directory that is already a branch a second
+/// time (the pool then lists it twice); we refuse with EEXIST and change nothing, since one
+/// directory twice in the union is never meant (and its nodes would be ambiguous).
+#[test]
+fn runtime_adding_a_branch_already_in_the_pool_side_by_side() {
+    let (theirs, ours) = side_by_side(
+        "add a branch twice",
+        &Scenario {
+            branches: &[br("16M", "RW", 0), br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                set(t, o, "branches", "+>{0}");
+                get(t, o, "branches");
+                t.rec("create f", o.create("f", b"f")).ok();
+            },
+        },
+    );
+    assert_eq!(
+        theirs.trace,
+        [
+            "set branches=+>{0}: Ok(())",
+            "get branches: Ok(\"{0}=RW:{1}=RW:{0}=RW\")",
+            "create f: Ok(())",
+        ]
+    );
+    assert_eq!(
+        ours.trace,
+        [
+            "set branches=+>{0}: EEXIST",
+            "get branches: Ok(\"{0}=RW:{1}=RW\")",
+            "create f: Ok(())",
+        ]
+    );
+    assert_eq!(theirs.branches, ours.branches);
+}
+
+/// A deliberate difference: mergerfs 2.33 lets an edit remove every branch. The pool is then
+/// empty and the mount serves nothing: without entry caching not even its control file
+/// resolves any more (ENOENT), so no later edit can put a branch back. We refuse with EINVAL
+/// and keep the branch.
+#[test]
+fn runtime_removing_the_last_branch_side_by_side() {
+    for edit in ["->", "-<", "-{0}", "-*"] {
+        let (theirs, ours) = side_by_side(
+            &format!("remove the last branch ({edit})"),
+            &Scenario {
+                branches: &[br("16M", "RW", 0)],
+                options: "category.create=ff,minfreespace=1M",
+                setup: &|s| s.file(0, "f", "f"),
+                run: &|t, o| {
+                    set(t, o, "branches", edit);
+                    get(t, o, "branches");
+                    t.rec("read f", o.read("f")).ok();
+                },
+            },
+        );
+        assert_eq!(theirs.trace[0], format!("set branches={edit}: Ok(())"));
+        assert_eq!(theirs.trace[1], "get branches: ENOENT");
+        assert_eq!(theirs.trace[2], "read f: ENOENT");
+        assert_eq!(
+            ours.trace,
+            [
+                format!("set branches={edit}: EINVAL"),
+                "get branches: Ok(\"{0}=RW\")".into(),
+                "read f: Ok(\"f\")".into(),
+            ]
+        );
+    }
+}
+
+/// A deliberate difference: mergerfs 2.33 adds a path that does not exist (it is a branch
+/// that never holds anything); we open the directory when it is added, so a missing one is
+/// ENOENT and changes nothing.
+#[test]
+fn runtime_adding_a_missing_directory_side_by_side() {
+    let (theirs, ours) = side_by_side(
+        "add a missing directory",
+        &Scenario {
+            branches: &[br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                set(t, o, "branches", "+>{0}/missing");
+                get(t, o, "branches");
+            },
+        },
+    );
+    assert_eq!(
+        theirs.trace,
+        [
+            "set branches=+>{0}/missing: Ok(())",
+            "get branches: Ok(\"{0}=RW:{0}/missing=RW\")",
+        ]
+    );
+    assert_eq!(
+        ours.trace,
+        [
+            "set branches=+>{0}/missing: ENOENT",
+            "get branches: Ok(\"{0}=RW\")",
+        ]
+    );
+}
+
+/// A deliberate difference: mergerfs 2.33 accepts any name as a policy at run time and the
+/// daemon then crashes on the next request that uses it (here, reading it back: the mount
+/// answers ECONNABORTED, then ENOTCONN); we refuse an unknown policy with EINVAL and keep
+/// the one in force.
+#[test]
+fn runtime_bad_policy_name_side_by_side() {
+    for key in ["category.create", "func.mkdir"] {
+        let (theirs, ours) = side_by_side(
+            &format!("bad policy for {key}"),
+            &Scenario {
+                branches: &[br("16M", "RW", 0)],
+                options: "category.create=ff,minfreespace=1M",
+                setup: &|_| {},
+                run: &|t, o| {
+                    set(t, o, key, "bogus");
+                    get(t, o, key);
+                },
+            },
+        );
+        assert_eq!(theirs.trace[0], format!("set {key}=bogus: Ok(())"));
+        assert!(
+            theirs.trace[1].ends_with("ECONNABORTED") || theirs.trace[1].ends_with("ENOTCONN"),
+            "mergerfs 2.33 has died: {:?}",
+            theirs.trace
+        );
+        assert_eq!(
+            ours.trace,
+            [
+                format!("set {key}=bogus: EINVAL"),
+                format!("get {key}: Ok(\"ff\")"),
+            ]
+        );
+    }
+}
+
+/// A deliberate difference: mergerfs 2.33 lets `inodecalc` change at run time; ours is fixed
+/// when the daemon starts (a guest's inode numbers must not change under it), so EROFS.
+#[test]
+fn runtime_inodecalc_side_by_side() {
+    let (theirs, ours) = side_by_side(
+        "inodecalc at run time",
+        &Scenario {
+            branches: &[br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| set(t, o, "inodecalc", "path-hash"),
+        },
+    );
+    assert_eq!(theirs.trace, ["set inodecalc=path-hash: Ok(())"]);
+    assert_eq!(ours.trace, ["set inodecalc=path-hash: EROFS"]);
+}
+
+/// `minfreespace` reads back in bytes, as from mergerfs 2.33, whatever unit it was set in (a
+/// branch's own minimum in `branches` takes the largest exact unit, as in mergerfs).
+#[test]
+fn runtime_minfreespace_reads_in_bytes() {
+    let (theirs, ours) = side_by_side(
+        "minfreespace formats",
+        &Scenario {
+            branches: &[br("16M", "RW", 0)],
+            options: "category.create=ff,minfreespace=1M",
+            setup: &|_| {},
+            run: &|t, o| {
+                get(t, o, "minfreespace");
+                for v in ["20M", "1536K", "12345", "1G"] {
+                    set(t, o, "minfreespace", v);
+                    get(t, o, "minfreespace");
+                }
+            },
+        },
+    );
+    let values = |o: &Outcome| -> Vec<String> {
+        o.trace
+            .iter()
+            .filter_map(|l| l.strip_prefix("get minfreespace: Ok(\""))
+            .map(|v| v.trim_end_matches("\")").to_string())
+            .collect()
+    };
+    assert_eq!(
+        values(&theirs),
+        ["1048576", "20971520", "1572864", "12345", "1073741824"]
+    );
+    assert_eq!(
+        values(&ours),
+        values(&theirs),
+        "minfreespace reads in bytes, as mergerfs"
+    );
 }

@@ -48,14 +48,13 @@ fn secs(d: Duration) -> String {
 }
 
 fn category(o: &UnionOptions, cat: Category) -> String {
-    let mut names: Vec<&str> = Vec::new();
-    for f in Func::ALL.iter().filter(|f| f.category() == cat) {
-        let n = o.policies.get(*f).name();
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
-    names.join(",")
+    // As mergerfs: each policy once, sorted by name.
+    let names: std::collections::BTreeSet<&str> = Func::ALL
+        .iter()
+        .filter(|f| f.category() == cat)
+        .map(|f| o.policies.get(*f).name())
+        .collect();
+    names.into_iter().collect::<Vec<_>>().join(",")
 }
 
 macro_rules! keys {
@@ -83,7 +82,7 @@ keys! {
     "link_cow", true, |o| o.link_cow.to_string();
     "lock-timeout", true, |o| secs(o.lock_timeout);
     "lock-wait-external", true, |o| secs(o.lock_wait_external);
-    "minfreespace", true, |o| crate::union::size::humanize(o.minfreespace);
+    "minfreespace", true, |o| o.minfreespace.to_string();
     "mountpoint", true, |o| o.mountpoint.clone();
     "moveonenospc", true, |o| o.moveonenospc.map_or("false".into(), |p| p.name().into());
     "node-fds", false, |o| o.node_fds.to_string();

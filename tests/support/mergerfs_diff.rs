@@ -12,6 +12,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -58,6 +59,8 @@ pub fn errno_name(e: i32) -> String {
         (libc::ENODATA, "ENODATA"),
         (libc::ENOTSUP, "ENOTSUP"),
         (libc::EBUSY, "EBUSY"),
+        (libc::ECONNABORTED, "ECONNABORTED"),
+        (libc::ENOTCONN, "ENOTCONN"),
     ];
     known
         .iter()
@@ -108,6 +111,41 @@ pub trait Ops {
     fn mode(&self, path: &str) -> R<String>;
     /// statfs of the root.
     fn statfs(&self) -> R<Statfs>;
+    /// Sets runtime option `key` (mergerfs's name, with or without `user.mergerfs.`) to
+    /// `value`: on mergerfs by setxattr on `<mount>/.mergerfs`, on ours by `ctl_set`. `{i}` in
+    /// `value` stands for branch `i`'s root on this side (see [`place`]).
+    fn set_option(&self, key: &str, value: &str) -> R<()>;
+    /// Reads runtime option `key`: on mergerfs by getxattr on `<mount>/.mergerfs`, on ours by
+    /// `ctl_get`. This side's branch roots in the value are shown as `{i}` (see [`unplace`]).
+    fn get_option(&self, key: &str) -> R<String>;
+}
+
+/// mergerfs's runtime control file, relative to the mount point.
+pub const CONTROL_FILE: &str = ".mergerfs";
+
+/// The prefix mergerfs's runtime keys carry as xattr names.
+pub const KEY_PREFIX: &str = "user.mergerfs.";
+
+/// `value` with every `{i}` replaced by branch `i`'s root in `roots`, so that one scenario
+/// names the same branch on both sides (each has its own tmpfs directories).
+pub fn place(value: &str, roots: &[PathBuf]) -> String {
+    let mut out = value.to_string();
+    for (i, r) in roots.iter().enumerate() {
+        out = out.replace(&format!("{{{i}}}"), r.to_str().unwrap());
+    }
+    out
+}
+
+/// The inverse of [`place`]: every branch root of `roots` in `value` written as `{i}`.
+pub fn unplace(value: &str, roots: &[PathBuf]) -> String {
+    let mut order: Vec<usize> = (0..roots.len()).collect();
+    // Longest first, so that a root that is a prefix of another does not take its place.
+    order.sort_by_key(|&i| std::cmp::Reverse(roots[i].as_os_str().len()));
+    let mut out = value.to_string();
+    for i in order {
+        out = out.replace(roots[i].to_str().unwrap(), &format!("{{{i}}}"));
+    }
+    out
 }
 
 // The including test crate has the fs harness, and with it the shared tmpfs helper.
@@ -137,7 +175,23 @@ impl Mergerfs {
     pub fn mount(options: &str, branches: &[String]) -> Mergerfs {
         let mnt = tempfile::tempdir().unwrap();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new("mergerfs")
+        let mut cmd = Command::new("mergerfs");
+        // SAFETY: setrlimit is async-signal-safe and touches no memory of ours. A scenario
+        // that crashes mergerfs (2.33 dies on some runtime settings) leaves no core file.
+        unsafe {
+            cmd.pre_exec(|| {
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::setrlimit(libc::RLIMIT_CORE, &none) == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            });
+        }
+        let child = cmd
             .arg("-f")
             .arg("-o")
             .arg(options)
@@ -209,11 +263,24 @@ impl Drop for Mergerfs {
 }
 
 /// `Ops` through a mounted mergerfs with std::fs and libc.
-pub struct HostOps<'a>(pub &'a Path);
+pub struct HostOps<'a> {
+    /// The mount point.
+    pub mnt: &'a Path,
+    /// Every branch root of the scenario (in the union or not), for `{i}`.
+    pub roots: &'a [PathBuf],
+}
 
 impl HostOps<'_> {
     fn p(&self, path: &str) -> PathBuf {
-        self.0.join(path)
+        self.mnt.join(path)
+    }
+
+    fn key(key: &str) -> CString {
+        if key.starts_with(KEY_PREFIX) {
+            c(key)
+        } else {
+            c(&format!("{KEY_PREFIX}{key}"))
+        }
     }
 
     fn cp(&self, path: &str) -> CString {
@@ -309,7 +376,39 @@ impl Ops for HostOps<'_> {
         ))
     }
     fn statfs(&self) -> R<Statfs> {
-        statvfs(self.0)
+        statvfs(self.mnt)
+    }
+    fn set_option(&self, key: &str, value: &str) -> R<()> {
+        let v = place(value, self.roots);
+        let (file, name) = (self.cp(CONTROL_FILE), Self::key(key));
+        // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+        libc_result(unsafe {
+            libc::setxattr(file.as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0)
+        })
+    }
+    fn get_option(&self, key: &str) -> R<String> {
+        let (file, name) = (self.cp(CONTROL_FILE), Self::key(key));
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: valid NUL-terminated strings and a buffer we own of the given length.
+            let n = unsafe {
+                libc::getxattr(
+                    file.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                let v = String::from_utf8_lossy(&buf).into_owned();
+                return Ok(unplace(&v, self.roots));
+            }
+            match io::Error::last_os_error().raw_os_error().unwrap() {
+                libc::ERANGE => buf.resize(buf.len() * 4, 0),
+                e => return Err(e),
+            }
+        }
     }
 }
 
@@ -327,7 +426,12 @@ pub fn statvfs(path: &Path) -> R<Statfs> {
 }
 
 /// `Ops` through our `UnionFs`, looking paths up one component at a time as a guest kernel does.
-pub struct UnionOps(pub UnionFs);
+pub struct UnionOps<'a> {
+    /// The union.
+    pub fs: UnionFs,
+    /// Every branch root of the scenario (in the union or not), for `{i}`.
+    pub roots: &'a [PathBuf],
+}
 
 fn split(path: &str) -> (&str, &str) {
     match path.rfind('/') {
@@ -336,12 +440,12 @@ fn split(path: &str) -> (&str, &str) {
     }
 }
 
-impl UnionOps {
+impl UnionOps<'_> {
     fn ino(&self, path: &str) -> R<u64> {
         if path.is_empty() || path == "." {
             return Ok(ROOT_ID);
         }
-        Ok(io(walk(&self.0, path))?.inode)
+        Ok(io(walk(&self.fs, path))?.inode)
     }
 
     fn parent(&self, path: &str) -> R<(u64, CString)> {
@@ -350,14 +454,14 @@ impl UnionOps {
     }
 
     fn setattr(&self, path: &str, f: impl FnOnce(&mut libc::stat64), valid: SetattrValid) -> R<()> {
-        let e = io(walk(&self.0, path))?;
+        let e = io(walk(&self.fs, path))?;
         let mut st = e.attr;
         f(&mut st);
-        io(self.0.setattr(&ctx(), e.inode, st, None, valid)).map(|_| ())
+        io(self.fs.setattr(&ctx(), e.inode, st, None, valid)).map(|_| ())
     }
 }
 
-impl UnionOps {
+impl UnionOps<'_> {
     /// Resolves `path` as the guest kernel's path walk does through the share: symlinks met on
     /// the way (as FUSE symlink nodes) are read and followed, relative ones from their
     /// directory, up to 40 hops (then ELOOP).
@@ -383,7 +487,7 @@ impl UnionOps {
             } else {
                 format!("{}/{part}", done.join("/"))
             };
-            let e = io(walk(&self.0, &here))?;
+            let e = io(walk(&self.fs, &here))?;
             if e.attr.st_mode & libc::S_IFMT != libc::S_IFLNK {
                 done.push(part);
                 continue;
@@ -392,7 +496,7 @@ impl UnionOps {
             if hops > 40 {
                 return Err(libc::ELOOP);
             }
-            let target = io(self.0.readlink(&ctx(), e.inode))?;
+            let target = io(self.fs.readlink(&ctx(), e.inode))?;
             let target = String::from_utf8_lossy(&target).into_owned();
             if target.starts_with('/') {
                 done.clear();
@@ -405,17 +509,17 @@ impl UnionOps {
     }
 }
 
-impl Ops for UnionOps {
+impl Ops for UnionOps<'_> {
     fn write_chunks(&self, path: &str, data: &[u8], chunk: usize) -> R<()> {
         let ino = self.ino(path)?;
-        let (fh, _, _) = io(self.0.open(&ctx(), ino, libc::O_WRONLY as u32, 0))?;
+        let (fh, _, _) = io(self.fs.open(&ctx(), ino, libc::O_WRONLY as u32, 0))?;
         let fh = fh.expect("open gives a handle");
         let mut result = Ok(());
         for (i, c) in data.chunks(chunk).enumerate() {
             let r = &mut SliceReader(c.to_vec(), 0);
             let off = (i * chunk) as u64;
             let w = self
-                .0
+                .fs
                 .write(&ctx(), ino, fh, r, c.len() as u32, off, None, false, 0, 0);
             match io(w) {
                 Ok(n) if n == c.len() => {}
@@ -429,13 +533,13 @@ impl Ops for UnionOps {
                 }
             }
         }
-        io(self.0.release(&ctx(), ino, 0, fh, false, false, None))?;
+        io(self.fs.release(&ctx(), ino, 0, fh, false, false, None))?;
         result
     }
     fn create(&self, path: &str, data: &[u8]) -> R<()> {
         let (parent, name) = self.parent(path)?;
         // The guest kernel looks the name up first; an existing one never reaches CREATE.
-        if self.0.lookup(&ctx(), parent, &name).is_ok() {
+        if self.fs.lookup(&ctx(), parent, &name).is_ok() {
             return Err(libc::EEXIST);
         }
         let args = CreateIn {
@@ -444,9 +548,9 @@ impl Ops for UnionOps {
             umask: 0,
             fuse_flags: 0,
         };
-        let (e, fh, _, _) = io(self.0.create(&ctx(), parent, &name, args))?;
+        let (e, fh, _, _) = io(self.fs.create(&ctx(), parent, &name, args))?;
         let fh = fh.expect("create opens a handle");
-        let n = io(self.0.write(
+        let n = io(self.fs.write(
             &ctx(),
             e.inode,
             fh,
@@ -459,23 +563,23 @@ impl Ops for UnionOps {
             0,
         ))?;
         assert_eq!(n, data.len());
-        io(self.0.release(&ctx(), e.inode, 0, fh, false, false, None))
+        io(self.fs.release(&ctx(), e.inode, 0, fh, false, false, None))
     }
     fn mkdir(&self, path: &str, mode: u32) -> R<()> {
         let (parent, name) = self.parent(path)?;
-        io(self.0.mkdir(&ctx(), parent, &name, mode, 0)).map(|_| ())
+        io(self.fs.mkdir(&ctx(), parent, &name, mode, 0)).map(|_| ())
     }
     fn symlink(&self, target: &str, path: &str) -> R<()> {
         let (parent, name) = self.parent(path)?;
-        io(self.0.symlink(&ctx(), &c(target), parent, &name)).map(|_| ())
+        io(self.fs.symlink(&ctx(), &c(target), parent, &name)).map(|_| ())
     }
     fn unlink(&self, path: &str) -> R<()> {
         let (parent, name) = self.parent(path)?;
-        io(self.0.unlink(&ctx(), parent, &name))
+        io(self.fs.unlink(&ctx(), parent, &name))
     }
     fn rmdir(&self, path: &str) -> R<()> {
         let (parent, name) = self.parent(path)?;
-        io(self.0.rmdir(&ctx(), parent, &name))
+        io(self.fs.rmdir(&ctx(), parent, &name))
     }
     fn chmod(&self, path: &str, mode: u32) -> R<()> {
         self.setattr(
@@ -489,30 +593,30 @@ impl Ops for UnionOps {
     }
     fn setxattr(&self, path: &str, name: &str, value: &[u8]) -> R<()> {
         let ino = self.ino(path)?;
-        io(self.0.setxattr(&ctx(), ino, &c(name), value, 0))
+        io(self.fs.setxattr(&ctx(), ino, &c(name), value, 0))
     }
     fn rename(&self, from: &str, to: &str) -> R<()> {
         let (od, on) = self.parent(from)?;
         // The guest kernel resolves the source before the destination's parent.
-        io(self.0.lookup(&ctx(), od, &on))?;
+        io(self.fs.lookup(&ctx(), od, &on))?;
         let (nd, nn) = self.parent(to)?;
-        io(self.0.rename(&ctx(), od, &on, nd, &nn, 0))
+        io(self.fs.rename(&ctx(), od, &on, nd, &nn, 0))
     }
     fn link(&self, from: &str, to: &str) -> R<()> {
         let src = self.ino(from)?;
         let (nd, nn) = self.parent(to)?;
-        if self.0.lookup(&ctx(), nd, &nn).is_ok() {
+        if self.fs.lookup(&ctx(), nd, &nn).is_ok() {
             return Err(libc::EEXIST);
         }
-        io(self.0.link(&ctx(), src, nd, &nn)).map(|_| ())
+        io(self.fs.link(&ctx(), src, nd, &nn)).map(|_| ())
     }
     fn read(&self, path: &str) -> R<String> {
         let ino = self.follow(path)?;
-        io(read_file(&self.0, ino)).map(|v| String::from_utf8_lossy(&v).into_owned())
+        io(read_file(&self.fs, ino)).map(|v| String::from_utf8_lossy(&v).into_owned())
     }
     fn read_dir(&self, path: &str) -> R<Vec<String>> {
         let ino = self.ino(path)?;
-        Ok(list(&self.0, ino)
+        Ok(list(&self.fs, ino)
             .into_iter()
             .map(|(n, _)| n)
             .filter(|n| n != "." && n != "..")
@@ -521,34 +625,67 @@ impl Ops for UnionOps {
     fn mode(&self, path: &str) -> R<String> {
         Ok(format!(
             "{:o}",
-            io(walk(&self.0, path))?.attr.st_mode & 0o7777
+            io(walk(&self.fs, path))?.attr.st_mode & 0o7777
         ))
     }
     fn statfs(&self) -> R<Statfs> {
-        let st = io(self.0.statfs(&ctx(), ROOT_ID))?;
+        let st = io(self.fs.statfs(&ctx(), ROOT_ID))?;
         Ok(Statfs {
             total: st.f_blocks * st.f_frsize,
             avail: st.f_bavail * st.f_frsize,
         })
     }
+    fn set_option(&self, key: &str, value: &str) -> R<()> {
+        // No directories passed: the union opens the branches an edit adds by path.
+        self.fs
+            .ctl_set(key, &place(value, self.roots), Vec::new())
+            .map(drop)
+            .map_err(|e| e.errno)
+    }
+    fn get_option(&self, key: &str) -> R<String> {
+        self.fs
+            .ctl_get(key)
+            .map(|v| unplace(&v, self.roots))
+            .map_err(|e| e.errno)
+    }
 }
 
 /// One branch of a scenario: tmpfs size, mergerfs mode string (`RW`, `RO`, `NC`, `RW,10M`) and
 /// how many bytes to pre-fill it with (a file `fill` at its root), so space policies have a
-/// unique answer.
+/// unique answer. A spare branch ([`spare`]) is made and set up like the others but starts
+/// outside the union, for a runtime edit to add (as `{i}`, see [`Ops::set_option`]).
 #[derive(Clone, Copy, Debug)]
 pub struct BranchSpec {
     /// tmpfs size.
     pub size: &'static str,
-    /// Branch mode as mergerfs writes it.
+    /// Branch mode as mergerfs writes it (unused for a spare branch: its edit gives it).
     pub mode: &'static str,
     /// Bytes written to `fill` before the scenario.
     pub fill: usize,
+    /// Whether it starts outside the union.
+    pub spare: bool,
 }
 
 /// A branch spec.
 pub const fn br(size: &'static str, mode: &'static str, fill: usize) -> BranchSpec {
-    BranchSpec { size, mode, fill }
+    BranchSpec {
+        size,
+        mode,
+        fill,
+        spare: false,
+    }
+}
+
+/// A spare branch: a tmpfs of `size` holding `fill` bytes that is not in the union when the
+/// scenario starts. Branch indices count every branch, spare or not, so `{i}` and
+/// [`Outcome::branches`] name it as `i` whether it is in the union or not.
+pub const fn spare(size: &'static str, fill: usize) -> BranchSpec {
+    BranchSpec {
+        size,
+        mode: "",
+        fill,
+        spare: true,
+    }
 }
 
 /// One mebibyte.
@@ -556,7 +693,7 @@ pub const MIB: usize = 1 << 20;
 
 /// Helpers for setting branches up before a scenario runs.
 pub struct Setup<'a> {
-    /// Branch roots, in order.
+    /// Branch roots, in order (spare branches included).
     pub roots: &'a [PathBuf],
 }
 
@@ -601,7 +738,8 @@ impl Setup<'_> {
 pub struct Outcome {
     /// `label: result` for each recorded operation, in order.
     pub trace: Vec<String>,
-    /// Per branch, every entry below the root: path → description.
+    /// Per branch (spare ones included, whether or not an edit added them), every entry
+    /// below the root: path → description.
     pub branches: Vec<BTreeMap<String, String>>,
 }
 
@@ -739,19 +877,25 @@ pub fn run_side(sc: &Scenario, side: Side) -> Outcome {
             let specs: Vec<String> = roots
                 .iter()
                 .zip(sc.branches)
+                .filter(|(_, b)| !b.spare)
                 .map(|(r, b)| format!("{}={}", r.display(), b.mode))
                 .collect();
             let m = Mergerfs::mount(&options, &specs);
-            (sc.run)(&mut trace, &HostOps(m.path()));
+            let ops = HostOps {
+                mnt: m.path(),
+                roots: &roots,
+            };
+            (sc.run)(&mut trace, &ops);
         }
         Side::Ours => {
             let specs: Vec<(&Path, &str)> = roots
                 .iter()
                 .zip(sc.branches)
+                .filter(|(_, b)| !b.spare)
                 .map(|(r, b)| (r.as_path(), b.mode))
                 .collect();
             let fs = union_with(&specs, &options);
-            (sc.run)(&mut trace, &UnionOps(fs));
+            (sc.run)(&mut trace, &UnionOps { fs, roots: &roots });
         }
     }
     Outcome {
