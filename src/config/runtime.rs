@@ -98,6 +98,20 @@ keys! {
     "symlinkify", true, |o| o.symlinkify.to_string();
     "symlinkify_timeout", true, |o| secs(o.symlinkify_timeout);
     "xattr", true, |o| kebab(o.xattr);
+    // mergerfs's keys for its kernel mount and its own process: read-only, with the value
+    // that describes this daemon (accepted and ignored in -o and --config).
+    "async_read", false, |_o| "true".into();
+    "auto_cache", false, |_o| "false".into();
+    "cache.readdir", false, |_o| "false".into();
+    "cache.statfs", false, |_o| "0".into();
+    "cache.symlinks", false, |_o| "false".into();
+    "fsname", false, |_o| "union-virtiofsd".into();
+    "ignorepponrename", false, |_o| "false".into();
+    "kernel_cache", false, |_o| "false".into();
+    "log.metrics", false, |_o| "false".into();
+    "mount", false, |o| o.mountpoint.clone();
+    "nfsopenhack", false, |_o| "off".into();
+    "security_capability", false, |_o| "true".into();
 }
 
 /// Commands (`cmd.*`): set-only keys that act once.
