@@ -3,6 +3,8 @@
 //! errors as one line and exit 2, reading and changing options, branch edits carrying
 //! descriptors, and a daemon that shrugs off broken clients.
 
+#[path = "support/ctl.rs"]
+mod ctl;
 #[path = "support/daemon.rs"]
 mod daemon;
 
@@ -26,40 +28,12 @@ fn ctl_path(d: &Daemon) -> PathBuf {
     p
 }
 
-/// `union-virtiofsd ctl --socket SOCKET ARGS…`: exit code, stdout, stderr.
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("run union-virtiofsd ctl");
-    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
-    (
-        out.status.code().expect("exited, not killed"),
-        text(out.stdout),
-        text(out.stderr),
-    )
-}
-
 /// `ctl ARGS…` that must succeed; its stdout.
 fn ctl_ok(d: &Daemon, args: &[&str]) -> String {
-    let (code, out, err) = ctl(&d.socket(), args);
+    let (code, out, err) = ctl::run(&d.socket(), args);
     assert_eq!(code, 0, "ctl {args:?}: {err}\n{}", d.log());
     assert!(err.is_empty(), "ctl {args:?}: {err}");
     out
-}
-
-/// `ctl ARGS…` that must fail with exit 2 and one line on stderr; that line.
-fn ctl_fails(socket: &Path, args: &[&str]) -> String {
-    let (code, out, err) = ctl(socket, args);
-    assert_eq!(code, 2, "ctl {args:?}: {out}{err}");
-    assert!(out.is_empty(), "ctl {args:?} printed {out}");
-    assert_eq!(err.lines().count(), 1, "ctl {args:?}: {err}");
-    assert!(err.starts_with("union-virtiofsd ctl: "), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err.trim_end().to_string()
 }
 
 fn sigterm_and_wait(d: &mut Daemon) {
@@ -77,7 +51,7 @@ fn the_control_socket_lives_and_dies_with_the_daemon() {
     assert_eq!(m.permissions().mode() & 0o777, 0o600);
     // Either name reaches it.
     let by_vhost = ctl_ok(&d, &["keys"]);
-    let (code, by_ctl, err) = ctl(&p, &["keys"]);
+    let (code, by_ctl, err) = ctl::run(&p, &["keys"]);
     assert_eq!((code, &by_ctl), (0, &by_vhost), "{err}");
     sigterm_and_wait(&mut d);
     assert!(!p.exists(), "{} left behind", p.display());
@@ -99,20 +73,20 @@ fn errors_are_one_line_and_exit_2() {
     let d = Daemon::start(&["a"], &[]);
     let _ = ctl_path(&d);
     let sock = d.socket();
-    let e = ctl_fails(&sock, &["get", "nosuchkey"]);
+    let e = ctl::fails(&sock, &["get", "nosuchkey"]);
     assert!(e.contains("unknown option 'nosuchkey'"), "{e}");
-    let e = ctl_fails(&sock, &["set", "branches", "+/does/not/exist"]);
+    let e = ctl::fails(&sock, &["set", "branches", "+/does/not/exist"]);
     assert_eq!(e, "union-virtiofsd ctl: /does/not/exist: no such directory");
-    let e = ctl_fails(&sock, &["set", "version", "9"]);
+    let e = ctl::fails(&sock, &["set", "version", "9"]);
     assert!(e.contains("read-only option 'version'"), "{e}");
-    let e = ctl_fails(&sock, &["set", "category.create", "zz"]);
+    let e = ctl::fails(&sock, &["set", "category.create", "zz"]);
     assert!(e.contains("invalid value"), "{e}");
-    ctl_fails(&sock, &["frob"]);
-    ctl_fails(&sock, &["set", "k"]);
-    ctl_fails(&sock, &["query", "/x", "nonsense"]);
-    let e = ctl_fails(Path::new("/nonexistent"), &["get", "x"]);
+    ctl::fails(&sock, &["frob"]);
+    ctl::fails(&sock, &["set", "k"]);
+    ctl::fails(&sock, &["query", "/x", "nonsense"]);
+    let e = ctl::fails(Path::new("/nonexistent"), &["get", "x"]);
     assert!(e.contains("/nonexistent.ctl"), "{e}");
-    let (code, _, _) = ctl(&sock, &["--help"]);
+    let (code, _, _) = ctl::run(&sock, &["--help"]);
     assert_eq!(code, 0);
 }
 

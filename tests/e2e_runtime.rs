@@ -6,6 +6,8 @@
 //! on the host. And the refusals of branch edits that cannot be made (the errors that
 //! tests/ctl.rs does not already cover), through the real binary without a guest.
 
+#[path = "support/ctl.rs"]
+mod ctl;
 #[path = "support/guest.rs"]
 mod guest;
 #[path = "support/tmpfs.rs"]
@@ -14,7 +16,6 @@ mod tmpfs;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use guest::{Backend, Guest, Mode, Reaper};
@@ -87,41 +88,15 @@ fn content(n: u64) -> Vec<u8> {
     c
 }
 
-/// `union-virtiofsd ctl --socket SOCKET ARGS…`: exit code, stdout, stderr.
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(guest::daemon_path())
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("run union-virtiofsd ctl");
-    (
-        out.status.code().expect("ctl exited, not killed"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `ctl ARGS…` that must exit 0 with nothing on stderr; its stdout.
 fn ctl_ok(socket: &Path, args: &[&str], transcript: &dyn Fn() -> String) -> String {
-    let (code, out, err) = ctl(socket, args);
+    let (code, out, err) = ctl::run(socket, args);
     assert!(
         code == 0 && err.is_empty(),
         "ctl {args:?}: exit {code}: {err}\n{}",
         transcript()
     );
     out
-}
-
-/// `ctl ARGS…` that must exit 2 with one line on stderr and nothing on stdout; that line.
-fn ctl_fails(socket: &Path, args: &[&str]) -> String {
-    let (code, out, err) = ctl(socket, args);
-    assert_eq!(code, 2, "ctl {args:?}: {out}{err}");
-    assert!(out.is_empty(), "ctl {args:?} printed {out}");
-    assert_eq!(err.lines().count(), 1, "ctl {args:?}: {err}");
-    assert!(err.starts_with("union-virtiofsd ctl: "), "{err}");
-    err.trim_end().to_owned()
 }
 
 /// Waits (bounded) until the daemon's control socket next to `socket` is there.
@@ -345,7 +320,7 @@ fn branches_change_while_the_guest_writes() {
         &transcript,
     );
     assert_eq!(allpaths.trim(), format!("{dp}/w/f{probe}"));
-    let gone = ctl_fails(&socket, &["query", "/b_only", "allpaths"]);
+    let gone = ctl::fails(&socket, &["query", "/b_only", "allpaths"]);
     note(format!("query /b_only: {gone}"));
 
     fs::write(c.path().join(".stop"), b"").unwrap();
@@ -500,12 +475,12 @@ fn impossible_branch_edits_are_refused() {
         format!("+{cp}=RW"),
         format!("={ap}:{cp}:{ap}=NC"),
     ] {
-        let e = ctl_fails(&socket, &["set", "branches", &value]);
+        let e = ctl::fails(&socket, &["set", "branches", &value]);
         assert!(e.contains("already a branch of the union"), "{value}: {e}");
     }
-    let e = ctl_fails(&socket, &["set", "branches", "-*"]);
+    let e = ctl::fails(&socket, &["set", "branches", "-*"]);
     assert!(e.ends_with("the union would have no branch left"), "{e}");
-    let e2 = ctl_fails(
+    let e2 = ctl::fails(
         &socket,
         &[
             "set",
