@@ -233,11 +233,21 @@ pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: 
 impl UnionFs {
     /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
     pub(crate) fn root(&self, branch: usize) -> io::Result<Arc<Root>> {
-        self.view()
+        self.with_root(branch, |r| Arc::clone(r))
+    }
+
+    /// `f` of the root of `branch` (no reference kept); ESTALE once the branch was removed.
+    pub(crate) fn with_root<T>(
+        &self,
+        branch: usize,
+        f: impl FnOnce(&Arc<Root>) -> T,
+    ) -> io::Result<T> {
+        let view = self.view();
+        let root = view
             .branches
             .root(branch)
-            .cloned()
-            .ok_or_else(|| errno(libc::ESTALE))
+            .ok_or_else(|| errno(libc::ESTALE))?;
+        Ok(f(root))
     }
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
@@ -434,7 +444,9 @@ impl UnionFs {
     /// Earlier components follow symlinks (inside the branch) only when `follow-symlinks`
     /// covers directories; otherwise no symlink is ever followed.
     pub(crate) fn open_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
-        beneath::open_path_with(self.root(branch)?.as_fd(), rel, self.resolve, false)
+        self.with_root(branch, |r| {
+            beneath::open_path_with(r.as_fd(), rel, self.resolve, false)
+        })?
     }
 
     /// `rel` on `branch` as lookups see it: a symlink whose target kind `follow-symlinks`
@@ -450,13 +462,15 @@ impl UnionFs {
             return Ok(None);
         };
         let st = beneath::stat_fd(fd.as_fd())?;
+        let (cow, follow_symlinks) = {
+            let view = self.view();
+            (view.opts.cow, view.opts.follow_symlinks)
+        };
         // Copy-on-write layers: whiteouts are never shown, nor what a layer above hides.
-        if self.view().opts.cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
+        if cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
             return Ok(None);
         }
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK
-            && self.view().opts.follow_symlinks != FollowSymlinks::Never
-        {
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK && follow_symlinks != FollowSymlinks::Never {
             let followed = beneath::open_path_with(
                 self.root(branch)?.as_fd(),
                 rel,
@@ -489,10 +503,7 @@ impl UnionFs {
         };
         // Copy-on-write: another name of this base file was copied up; this name is linked
         // to that copy too, so that every name shows (and keeps, on disk) the one file.
-        if self.view().opts.cow
-            && self.view().branches.is_ro(branch)
-            && self.has_copied_alias(&found)
-        {
+        if cow && self.view().branches.is_ro(branch) && self.has_copied_alias(&found) {
             return self.copy_up(rel, &found).map(Some);
         }
         Ok(Some(found))
@@ -599,6 +610,10 @@ impl UnionFs {
         let submount = self.submounts_active()
             && st.st_mode & libc::S_IFMT == libc::S_IFDIR
             && crate::sys::beneath::is_mount_root(f.fd.as_fd()).unwrap_or(false);
+        let (attr_timeout, entry_timeout) = {
+            let view = self.view();
+            (view.opts.cache_attr, view.opts.cache_entry)
+        };
         Ok(Entry {
             inode,
             generation: 0,
@@ -608,8 +623,8 @@ impl UnionFs {
             } else {
                 0
             },
-            attr_timeout: self.view().opts.cache_attr,
-            entry_timeout: self.view().opts.cache_entry,
+            attr_timeout,
+            entry_timeout,
         })
     }
 }
