@@ -235,6 +235,44 @@ fn write_of_max_write_succeeds_and_one_page_more_is_refused() {
     assert_serving(&mut d, &mut dev, "oversized write");
 }
 
+/// Large READs are copied in pieces on several threads: every byte lands where it belongs,
+/// at any offset, and a read past the end of the file is short exactly there.
+#[test]
+fn large_reads_are_exact_in_pieces_and_at_the_end_of_the_file() {
+    let mut d = Daemon::start(&["rw"], &["--thread-pool-size", "4"]);
+    let len = (3 << 20) + 1234;
+    let data: Vec<u8> = (0..len as u64)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    fs::write(d.branches[0].join("big"), &data).unwrap();
+    let mut dev = d.connect_with(1024);
+    let init = dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
+    // 1020 pages: a little under 4 MiB.
+    let max = init.max_write as usize;
+    assert_eq!(max, 1020 * 4096);
+    let e = dev.lookup(ops::ROOT_ID, b"big").unwrap();
+    let fh = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap().fh;
+    for (offset, size) in [
+        (0usize, 1usize << 20),
+        (4096 * 3 + 17, (2 << 20) + 5),
+        (len - (1 << 20) + 100, 1 << 20),
+        (len - 10, max),
+        (len + 4096, 1 << 20),
+        (1, max),
+    ] {
+        let got = dev.read(e.nodeid, fh, offset as u64, size as u32).unwrap();
+        let want = &data[offset.min(len)..(offset + size).min(len)];
+        assert!(
+            got == want,
+            "READ {size} at {offset}: {} bytes, want {}",
+            got.len(),
+            want.len()
+        );
+    }
+    dev.release(e.nodeid, fh).unwrap();
+    assert_serving(&mut d, &mut dev, "large reads");
+}
+
 #[test]
 fn malformed_frames_get_an_errno_or_are_dropped() {
     let mut d = rw();
