@@ -233,7 +233,7 @@ pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: 
 impl UnionFs {
     /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
     pub(crate) fn root(&self, branch: usize) -> io::Result<Arc<Root>> {
-        self.with_root(branch, |r| Arc::clone(r))
+        self.with_root(branch, Arc::clone)
     }
 
     /// `f` of the root of `branch` (no reference kept); ESTALE once the branch was removed.
