@@ -235,10 +235,10 @@ fn write_of_max_write_succeeds_and_one_page_more_is_refused() {
     assert_serving(&mut d, &mut dev, "oversized write");
 }
 
-/// Large READs are copied in pieces on several threads: every byte lands where it belongs,
-/// at any offset, and a read past the end of the file is short exactly there.
+/// Large READs: every byte lands where it belongs, at any offset, and a read past the end of
+/// the file is short exactly there.
 #[test]
-fn large_reads_are_exact_in_pieces_and_at_the_end_of_the_file() {
+fn large_reads_are_exact_at_any_offset_and_at_the_end_of_the_file() {
     let mut d = Daemon::start(&["rw"], &["--thread-pool-size", "4"]);
     let len = (3 << 20) + 1234;
     let data: Vec<u8> = (0..len as u64)

@@ -241,7 +241,7 @@ where
     /// number of bytes written into the chain, for `add_used`. Never panics on guest input.
     pub fn handle<M>(&self, chain: DescriptorChain<M>, queue_size: u16) -> u32
     where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone + Sync,
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
         let head = chain.head_index();
         let mem = chain.memory();
@@ -311,7 +311,7 @@ where
         queue_size: u16,
     ) -> Result<usize, RequestError>
     where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone + Sync,
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
         let mut w: Writer<'_, Slice> = VirtioFsWriter::new(mem, chain.clone())
             .map_err(RequestError::Chain)?
@@ -320,14 +320,7 @@ where
         match info.served_by {
             ServedBy::Unsupported if !info.replies => Ok(0),
             ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
-            ServedBy::Daemon(own) => {
-                let remake = || {
-                    VirtioFsWriter::new(mem, chain.clone())
-                        .map(Writer::from)
-                        .map_err(std::io::Error::other)
-                };
-                self.serve_own(own, hdr, r, w, queue_size, &remake)
-            }
+            ServedBy::Daemon(own) => self.serve_own(own, hdr, r, w, queue_size),
             ServedBy::Library => {
                 if w.available_bytes() < info.min_reply {
                     // The filesystem would open a handle or take a reference the guest could

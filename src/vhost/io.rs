@@ -65,29 +65,18 @@ impl<S: BitmapSlice> io::Write for GuestWriter<'_, S> {
     }
 }
 
-/// A READ at least this large is served in pieces of at least half this size, each on a
-/// thread of its own (the guest's own split of an O_DIRECT read into 128 KiB requests runs
-/// on several threads; a large request must not be slower than those pieces).
-pub const SPLIT_READ: u32 = 512 * 1024;
-
-/// A writer over the whole of the request's descriptor chain, made again on any thread.
-pub type Remake<'a, S> = dyn Fn() -> io::Result<Writer<'a, S>> + Sync + 'a;
-
 /// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and the data is
-/// copied by the filesystem directly behind it. A large read is copied in pieces on several
-/// threads, each through a writer `remake` makes over its own part of the chain. Returns the
-/// used length.
-pub fn read<'a, F, S>(
+/// copied by the filesystem directly behind it. Returns the used length.
+pub fn read<F, S>(
     fs: &F,
     ctx: &Context,
     hdr: &InHeader,
-    mut r: Reader<'a, S>,
-    mut w: Writer<'a, S>,
+    mut r: Reader<'_, S>,
+    mut w: Writer<'_, S>,
     max_read: u32,
-    remake: &Remake<'a, S>,
 ) -> Result<usize, RequestError>
 where
-    F: FileSystem<Inode = u64, Handle = u64> + Sync,
+    F: FileSystem<Inode = u64, Handle = u64>,
     S: BitmapSlice,
 {
     let arg: ReadIn = r.read_obj().map_err(RequestError::Decode)?;
@@ -106,16 +95,10 @@ where
     let data = w
         .split_at(size_of::<OutHeader>())
         .map_err(RequestError::Chain)?;
-    let threads = rayon::current_num_threads();
-    let result = if arg.size >= SPLIT_READ && threads > 1 {
-        read_in_pieces(fs, ctx, hdr.nodeid, &arg, owner, threads, remake)
-    } else {
-        let mut data = GuestWriter(data);
-        fs.read(
-            ctx, hdr.nodeid, arg.fh, &mut data, arg.size, arg.offset, owner, arg.flags,
-        )
-    };
-    match result {
+    let mut data = GuestWriter(data);
+    match fs.read(
+        ctx, hdr.nodeid, arg.fh, &mut data, arg.size, arg.offset, owner, arg.flags,
+    ) {
         // A filesystem claiming more than it was asked for must not make us report bytes it
         // never wrote.
         Ok(count) if count <= arg.size as usize => {
@@ -130,76 +113,6 @@ where
         Ok(_) => reply_errno(&mut w, hdr.unique, libc::EIO),
         Err(e) => reply_io_error(&mut w, hdr.unique, &e),
     }
-}
-
-/// Reads `arg` in up to `threads` pieces at once, each into its own part of the reply;
-/// returns the bytes read up to the first short piece (the end of the file), or the first
-/// piece's error.
-fn read_in_pieces<'a, F, S>(
-    fs: &F,
-    ctx: &Context,
-    nodeid: u64,
-    arg: &ReadIn,
-    owner: Option<u64>,
-    threads: usize,
-    remake: &Remake<'a, S>,
-) -> io::Result<usize>
-where
-    F: FileSystem<Inode = u64, Handle = u64> + Sync,
-    S: BitmapSlice,
-{
-    let size = arg.size as usize;
-    let min_piece = SPLIT_READ as usize / 2;
-    let n = size.div_ceil(min_piece).min(threads);
-    // Whole pages per piece, the last one takes the rest.
-    let piece = size.div_ceil(n).next_multiple_of(4096);
-    let bounds: Vec<(usize, usize)> = (0..n)
-        .map(|i| (i * piece, size.saturating_sub(i * piece).min(piece)))
-        .filter(|&(_, len)| len > 0)
-        .collect();
-    let one = |start: usize, len: usize| -> io::Result<usize> {
-        let mut whole = remake()?;
-        let mut part = whole
-            .split_at(size_of::<OutHeader>() + start)
-            .map_err(io::Error::other)?;
-        let _after = part.split_at(len).map_err(io::Error::other)?;
-        let mut part = GuestWriter(part);
-        let got = fs.read(
-            ctx,
-            nodeid,
-            arg.fh,
-            &mut part,
-            len as u32,
-            arg.offset + start as u64,
-            owner,
-            arg.flags,
-        )?;
-        if got > len {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        Ok(got)
-    };
-    let mut results: Vec<io::Result<usize>> = bounds.iter().map(|_| Ok(0)).collect();
-    rayon::scope(|s| {
-        let one = &one;
-        for (slot, &(start, len)) in results.iter_mut().zip(&bounds) {
-            s.spawn(move |_| *slot = one(start, len));
-        }
-    });
-    let mut total = 0;
-    for (i, (r, &(_, len))) in results.into_iter().zip(&bounds).enumerate() {
-        match r {
-            Ok(got) => {
-                total += got;
-                if got < len {
-                    break;
-                }
-            }
-            Err(e) if i == 0 => return Err(e),
-            Err(_) => break,
-        }
-    }
-    Ok(total)
 }
 
 /// Serves FUSE_WRITE: the payload after `WriteIn` is handed to the filesystem without copying.

@@ -23,14 +23,13 @@ use crate::sys::abi::fuse::{
 
 impl<F: ServedFs> Dispatcher<F> {
     /// Serves `own` for the request `hdr` (`r` is past the header).
-    pub(super) fn serve_own<'a>(
+    pub(super) fn serve_own(
         &self,
         own: Own,
         hdr: &InHeader,
-        mut r: Reader<'a, super::backend::Logged>,
-        mut w: Writer<'a, super::backend::Logged>,
+        mut r: Reader<'_, super::backend::Logged>,
+        mut w: Writer<'_, super::backend::Logged>,
         queue_size: u16,
-        remake: &io::Remake<'a, super::backend::Logged>,
     ) -> Result<usize, RequestError> {
         if own == Own::Init {
             return self.init(hdr, r, w, queue_size);
@@ -48,7 +47,6 @@ impl<F: ServedFs> Dispatcher<F> {
                 r,
                 w,
                 self.limits().max_read(self.page_size),
-                remake,
             ),
             Own::Write => io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write),
             Own::Getlk => {
