@@ -27,9 +27,8 @@ pub mod xattrmap;
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
@@ -251,44 +250,6 @@ impl UnionFs {
             negotiated: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
-    }
-
-    /// The `O_PATH` descriptors of the branch roots, in branch order (for the sandbox to
-    /// bind-mount).
-    pub fn root_fds(&self) -> Vec<(OwnedFd, PathBuf)> {
-        self.view()
-            .branches
-            .roots()
-            .filter_map(|(_, r)| Some((r.fd.try_clone().ok()?, r.path.clone())))
-            .collect()
-    }
-
-    /// Replaces the branch root descriptors with `fds` (the same directories, opened again
-    /// from inside the sandbox); EXDEV if one is not on its branch's filesystem.
-    pub fn replace_roots(&mut self, fds: Vec<OwnedFd>) -> io::Result<()> {
-        let old = self.view();
-        if fds.len() != old.branches.len() {
-            return Err(errno(libc::EINVAL));
-        }
-        let mut roots = Vec::with_capacity(fds.len());
-        for ((_, root), fd) in old.branches.roots().zip(fds) {
-            let st = crate::sys::beneath::stat_fd(fd.as_fd())?;
-            if st.st_dev != root.dev {
-                return Err(errno(libc::EXDEV));
-            }
-            roots.push(Root {
-                fd,
-                dev: root.dev,
-                path: root.path.clone(),
-                handle_mount: Default::default(),
-            });
-        }
-        let specs = old.branches.specs().to_vec();
-        self.current.store(Arc::new(View {
-            branches: Branches::new(roots, specs, old.opts.minfreespace),
-            opts: old.opts.clone(),
-        }));
-        Ok(())
     }
 
     /// Number of nodes the guest holds references to, root included.
