@@ -46,6 +46,12 @@
 #   cp               busybox cp FILE NEW && sync (through the guest's page cache; coreutils cp
 #                    would use copy_file_range, which never carries data over the queue)
 #   cat-cold         busybox cat FILE > /dev/null (default read_ahead_kb)
+#   never-read-1m, never-read-4m, never-write-1m
+#                    the daemon with --cache never (a boot of its own: every file is opened with
+#                    FOPEN_DIRECT_IO, as virtiofsd's --cache never and mergerfs's cache.files=off
+#                    do): dd if=FILE of=/dev/null bs=1M|4M, and dd-write's command. A read() or
+#                    write() then goes to the daemon as requests of at most max_pages, one after
+#                    another (the guest sends them in parallel only for O_DIRECT's async I/O)
 # Timed rows (all but fio's) divide the file size by the guest's wall time (coreutils date).
 #
 # Daemon CPU per workload: the guest prints "=== BMP BEGIN|END name ===" and then idles for a
@@ -62,8 +68,10 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-all_workloads="psync-read-1m psync-read-4m psync-write-1m psync-write-4m aio4-read-1m aio4-write-1m cold-read-ra-default cold-read-ra-4096 dd-write dd-write-wb cp cat-cold"
+all_workloads="psync-read-1m psync-read-4m psync-write-1m psync-write-4m aio4-read-1m aio4-write-1m cold-read-ra-default cold-read-ra-4096 dd-write dd-write-wb cp cat-cold never-read-1m never-read-4m never-write-1m"
 all_settings="k6-32 k6-256 k7-32 k7-256 k7-1020"
+# Also accepted by --settings (not run by default): other page counts, for the defaults.
+extra_settings="k6-64 k6-128 k7-64 k7-128 k7-512"
 runs="" out="$root/.cache/bench-maxpages" size_mib=256 fio_seconds="" quick=0 count_requests=0 extra=()
 workloads=$all_workloads settings=$all_settings mem=1536M queue_size=1024
 while [ $# -gt 0 ]; do
@@ -92,19 +100,23 @@ fio_seconds=${fio_seconds:-3}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs: a positive number, not $runs"
 [[ $size_mib =~ ^[1-9][0-9]*$ ]] || die "--size: MiB, not $size_mib"
 for w in $workloads; do [[ " $all_workloads " == *" $w "* ]] || die "unknown workload $w (one of: $all_workloads)"; done
-for s in $settings; do [[ " $all_settings " == *" $s "* ]] || die "unknown setting $s (one of: $all_settings)"; done
+for s in $settings; do [[ " $all_settings $extra_settings " == *" $s "* ]] || die "unknown setting $s (one of: $all_settings $extra_settings)"; done
 # Keep the canonical orders whatever order the options gave.
 sel_w="" sel_s=""
 for w in $all_workloads; do [[ " $workloads " == *" $w "* ]] && sel_w+="$w "; done
-for s in $all_settings; do [[ " $settings " == *" $s "* ]] && sel_s+="$s "; done
+for s in k6-32 k6-64 k6-128 k6-256 k7-32 k7-64 k7-128 k7-256 k7-512 k7-1020; do [[ " $settings " == *" $s "* ]] && sel_s+="$s "; done
 workloads=${sel_w% } settings=${sel_s% }
 [ -n "$workloads" ] || die "no workload selected"
 [ -n "$settings" ] || die "no setting selected"
-plain_w="" wb_w=""
+plain_w="" wb_w="" never_w=""
 for w in $workloads; do
-    if [ "$w" = dd-write-wb ]; then wb_w=$w; else plain_w+="$w "; fi
+    case $w in
+    dd-write-wb) wb_w=$w ;;
+    never-*) never_w+="$w " ;;
+    *) plain_w+="$w " ;;
+    esac
 done
-plain_w=${plain_w% }
+plain_w=${plain_w% } never_w=${never_w% }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it mounts tmpfs)"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: run scripts/install-deps.sh"
@@ -213,6 +225,7 @@ timed() {
     echo "RESULT $n $(mibs $size $t0 $t1) $moved"
 }
 read_dd() { dd if=$F of=/dev/null bs=1M 2>/dev/null; }
+read_dd4() { dd if=$F of=/dev/null bs=4M 2>/dev/null; }
 write_dd() { dd if=/dev/zero of=/mnt/dd.dat bs=1M count=$SIZE_MIB conv=fsync 2>/dev/null; }
 copy() { cp $F /mnt/copy.dat && sync; }
 cat_file() { cat $F >/dev/null; }
@@ -237,6 +250,11 @@ for w in $WORKLOADS; do
         timed $w $((2 * size)) copy
         rm /mnt/copy.dat ;;
     cat-cold) timed $w $size cat_file ;;
+    never-read-1m) timed $w $size read_dd ;;
+    never-read-4m) timed $w $size read_dd4 ;;
+    never-write-1m)
+        timed $w $size write_dd
+        rm /mnt/dd.dat ;;
     *) echo "unknown workload $w"; exit 1 ;;
     esac
 done
@@ -253,7 +271,8 @@ cpu_ns() {
 }
 
 # boot SETTING GROUP RUN [debug]: one guest boot running GROUP's workloads (plain: every
-# selected one but dd-write-wb; wb: dd-write-wb with --writeback); appends
+# selected one but dd-write-wb and never-*; wb: dd-write-wb with --writeback; never: never-*
+# with --cache never); appends
 # "setting workload run MiB/s bytes cpu-ns" lines to $results (with debug: request counts,
 # "setting workload reads read-bytes writes write-bytes", to $requests).
 boot() {
@@ -261,7 +280,11 @@ boot() {
     local event name
     local kernel pages
     kernel=$(setting_kernel "$s") pages=$(setting_pages "$s")
-    if [ "$group" = wb ]; then wl=$wb_w; daemon_args=(--writeback); else wl=$plain_w; fi
+    case $group in
+    wb) wl=$wb_w daemon_args=(--writeback) ;;
+    never) wl=$never_w daemon_args=(--cache never) ;;
+    *) wl=$plain_w ;;
+    esac
     [ -n "$wl" ] || return 0
     [ -z "$debug" ] || daemon_args+=(--log-level debug)
     tag="$s.$group.${debug:+debug}$run"
@@ -364,7 +387,7 @@ for run in $(seq "$runs"); do
         for ((i = ${#order[@]} - 1; i >= 0; i--)); do list+=("${order[i]}"); done
     fi
     for s in "${list[@]}"; do
-        for group in plain wb; do
+        for group in plain wb never; do
             log "run $run/$runs: $s ($group) [$(($(date +%s) - t_start)) s]"
             boot "$s" "$group" "$run"
         done
@@ -373,7 +396,7 @@ done
 if [ "$count_requests" = 1 ]; then
     : >"$requests"
     for s in "${order[@]}"; do
-        for group in plain wb; do
+        for group in plain wb never; do
             log "request counts: $s ($group)"
             boot "$s" "$group" 1 debug
         done

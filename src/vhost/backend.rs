@@ -273,10 +273,22 @@ where
             if event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            while let Some((chain, queue_size)) = pop() {
+            // The chain popped after a costly one, to see whether anything waits behind it.
+            let mut ahead = None;
+            while let Some((chain, queue_size)) = ahead.take().or_else(pop) {
                 vring.flight().begin();
                 let head = chain.head_index();
-                let place = super::dispatch::placement(&chain);
+                let mut place = super::dispatch::placement(&chain);
+                if place == Place::Worker && self.pool.is_some() {
+                    // A costly request with nothing queued behind it is served here: handing
+                    // it to a worker would only add a thread wake-up to its latency (a guest
+                    // at depth 1 waits for each). With more queued, the worker takes it and
+                    // this thread goes on.
+                    ahead = pop();
+                    if ahead.is_none() {
+                        place = Place::Here;
+                    }
+                }
                 if place == Place::Here || (place == Place::Worker && self.pool.is_none()) {
                     let len = self.dispatcher.handle(chain, queue_size);
                     complete(vring, head, len, event_idx);

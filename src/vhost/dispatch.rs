@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
-use fuse_backend_rs::api::filesystem::FileSystem;
+use fuse_backend_rs::api::filesystem::{Context, FileSystem};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writer};
 use log::{debug, error, info, warn};
@@ -25,8 +25,10 @@ use vm_memory::{GuestMemory, GuestMemoryMmap};
 type Slice = Logged;
 
 use super::backend::Logged;
+use super::chain::{Bad, Cursor, Mapped, Parts};
 use super::init::{self, Negotiated};
-use super::opcode::{self, ServedBy};
+use super::io;
+use super::opcode::{self, Own, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::waiters::Waiters;
 use crate::fs::own::OwnOps;
@@ -83,14 +85,23 @@ where
     if info.cost == opcode::Cost::Blocking {
         return Place::OwnThread;
     }
-    // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32).
+    // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32): right behind
+    // the header, or (as a Linux guest lays a chain out) at the start of the next descriptor.
     let size = matches!(info.cost, opcode::Cost::FromSize(_))
         .then(|| {
-            let at = first
-                .addr()
-                .checked_add(size_of::<InHeader>() as u64 + 16)?;
-            let fits = first.len() as usize >= size_of::<InHeader>() + 20;
-            fits.then(|| mem.read_obj::<u32>(at).ok()).flatten()
+            let (at, len) = if first.len() as usize == size_of::<InHeader>() {
+                let second = chain.clone().nth(1)?;
+                (second.addr().checked_add(16)?, second.len() as usize)
+            } else {
+                let at = first
+                    .addr()
+                    .checked_add(size_of::<InHeader>() as u64 + 16)?;
+                (
+                    at,
+                    (first.len() as usize).checked_sub(size_of::<InHeader>())?,
+                )
+            };
+            (len >= 20).then(|| mem.read_obj::<u32>(at).ok()).flatten()
         })
         .flatten();
     if info.heavy(size) {
@@ -118,23 +129,6 @@ std::thread_local! {
 
 /// The largest request the `Server` accepts (its 1 MiB data cap plus a 4 KiB header).
 const SERVER_MAX_REQUEST: usize = (1 << 20) + 0x1000;
-
-/// Whether every device-readable descriptor of `chain` comes before every writable one.
-fn readable_then_writable<M>(chain: &DescriptorChain<M>) -> bool
-where
-    M: Deref + Clone,
-    M::Target: GuestMemory + Sized,
-{
-    let mut seen_writable = false;
-    for d in chain.clone() {
-        if d.is_write_only() {
-            seen_writable = true;
-        } else if seen_writable {
-            return false;
-        }
-    }
-    true
-}
 
 impl<F> Dispatcher<F>
 where
@@ -245,19 +239,23 @@ where
     {
         let head = chain.head_index();
         let mem = chain.memory();
-        if !readable_then_writable(&chain) {
-            // Virtio requires device-readable descriptors first; QEMU calls such a chain a
-            // broken driver. Serving a reordered view of it would be guesswork: drop it.
-            warn!("descriptor chain {head}: writable descriptor before a readable one, dropped");
-            return 0;
-        }
-        let mut r = match Reader::from_descriptor_chain(mem, chain.clone()) {
-            Ok(r) => r,
-            Err(e) => {
-                warn!("descriptor chain {head}: {e}, dropped");
+        // The one walk over the chain: every buffer mapped, the order checked.
+        let parts = match Parts::map(mem, chain.clone()) {
+            Ok(parts) => parts,
+            Err(Bad::Order) => {
+                // Virtio requires device-readable descriptors first; QEMU calls such a chain
+                // a broken driver. Serving a reordered view of it would be guesswork: drop it.
+                warn!(
+                    "descriptor chain {head}: writable descriptor before a readable one, dropped"
+                );
+                return 0;
+            }
+            Err(Bad::Address) => {
+                warn!("descriptor chain {head}: a buffer outside guest memory, dropped");
                 return 0;
             }
         };
+        let mut r = parts.reader();
         // The one read of the header from guest memory.
         let Ok(hdr) = r.read_obj::<InHeader>() else {
             warn!("descriptor chain {head}: no readable FUSE header, dropped");
@@ -270,7 +268,12 @@ where
         );
         let result = catch_unwind(AssertUnwindSafe(|| {
             let _view = self.fs.begin_request();
-            self.serve(&hdr, info, r, mem, &chain, queue_size)
+            match info.served_by {
+                ServedBy::Daemon(own @ (Own::Read | Own::Write)) => {
+                    self.serve_io(own, &hdr, r, parts.writer())
+                }
+                _ => self.serve(&hdr, info, mem, &chain, queue_size),
+            }
         }))
         .unwrap_or_else(|_| {
             error!(
@@ -291,21 +294,44 @@ where
                     "unique={} opcode={}: {e}; replying errno {errno}",
                     hdr.unique, hdr.opcode
                 );
-                match VirtioFsWriter::new(mem, chain.clone()) {
-                    Ok(w) => reply_errno(&mut w.into(), hdr.unique, errno).unwrap_or(0),
-                    Err(_) => 0,
-                }
+                reply_errno(&mut parts.writer(), hdr.unique, errno).unwrap_or(0)
             }
         };
         u32::try_from(used).unwrap_or(0)
     }
 
-    /// Serves a request whose header `hdr` was read (`r` is past it).
+    /// Serves READ or WRITE straight from the chain's buffers (`r` is past the header).
+    fn serve_io(
+        &self,
+        own: Own,
+        hdr: &InHeader,
+        r: Cursor<'_, '_, Mapped<'_>>,
+        mut w: Cursor<'_, '_, Mapped<'_>>,
+    ) -> Result<usize, RequestError> {
+        let mut ctx = Context::from(hdr);
+        if let Err(e) = self.fs.id_remap(&mut ctx) {
+            return reply_io_error(&mut w, hdr.unique, &e);
+        }
+        if own == Own::Read {
+            io::read(
+                &*self.fs,
+                &ctx,
+                hdr,
+                r,
+                w,
+                self.limits().max_read(self.page_size),
+            )
+        } else {
+            io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write)
+        }
+    }
+
+    /// Serves a request whose header `hdr` was read, through fuse-backend-rs's reader and
+    /// writer over the chain (the header read again and passed over: `hdr` is what counts).
     fn serve<M>(
         &self,
         hdr: &InHeader,
         info: opcode::OpInfo,
-        r: Reader<'_, Slice>,
         mem: &M::Target,
         chain: &DescriptorChain<M>,
         queue_size: u16,
@@ -313,6 +339,9 @@ where
     where
         M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
+        let mut r: Reader<'_, Slice> =
+            Reader::from_descriptor_chain(mem, chain.clone()).map_err(RequestError::Chain)?;
+        r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
         let mut w: Writer<'_, Slice> = VirtioFsWriter::new(mem, chain.clone())
             .map_err(RequestError::Chain)?
             .into();

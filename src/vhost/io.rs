@@ -1,69 +1,19 @@
 //! FUSE_READ and FUSE_WRITE, served here so requests larger than fuse-backend-rs's 1 MiB cap
-//! work. Data moves straight between guest memory and the filesystem through zero-copy
-//! adapters; this file never buffers payloads and never touches files itself.
+//! work. Data moves straight between guest memory and the filesystem through the chain's
+//! cursors (`chain.rs`); this file never buffers payloads and never touches files itself.
 
-use std::io::{self, Write};
 use std::mem::size_of;
 
 use fuse_backend_rs::abi::fuse_abi::{
     InHeader, OutHeader, ReadIn, WriteIn, WriteOut, READ_LOCKOWNER, WRITE_CACHE, WRITE_LOCKOWNER,
 };
-use fuse_backend_rs::api::filesystem::{Context, FileSystem, ZeroCopyReader, ZeroCopyWriter};
-use fuse_backend_rs::file_traits::FileReadWriteVolatile;
-use fuse_backend_rs::transport::{Reader, Writer};
+use fuse_backend_rs::api::filesystem::{Context, FileSystem};
 use log::debug;
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
+use super::chain::Cursor;
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
-
-/// Lends a guest-memory `Reader` to the filesystem as a `ZeroCopyReader`.
-pub struct GuestReader<'a, S: BitmapSlice>(pub Reader<'a, S>);
-
-impl<S: BitmapSlice> ZeroCopyReader for GuestReader<'_, S> {
-    fn read_to(
-        &mut self,
-        f: &mut dyn FileReadWriteVolatile,
-        count: usize,
-        off: u64,
-    ) -> io::Result<usize> {
-        self.0.read_to_at(f, count, off)
-    }
-}
-
-impl<S: BitmapSlice> io::Read for GuestReader<'_, S> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf)
-    }
-}
-
-/// Lends a guest-memory `Writer` to the filesystem as a `ZeroCopyWriter`.
-pub struct GuestWriter<'a, S: BitmapSlice>(pub Writer<'a, S>);
-
-impl<S: BitmapSlice> ZeroCopyWriter for GuestWriter<'_, S> {
-    fn write_from(
-        &mut self,
-        f: &mut dyn FileReadWriteVolatile,
-        count: usize,
-        off: u64,
-    ) -> io::Result<usize> {
-        self.0.write_from_at(f, count, off)
-    }
-
-    fn available_bytes(&self) -> usize {
-        self.0.available_bytes()
-    }
-}
-
-impl<S: BitmapSlice> io::Write for GuestWriter<'_, S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
-    }
-}
 
 /// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and the data is
 /// copied by the filesystem directly behind it. Returns the used length.
@@ -71,8 +21,8 @@ pub fn read<F, S>(
     fs: &F,
     ctx: &Context,
     hdr: &InHeader,
-    mut r: Reader<'_, S>,
-    mut w: Writer<'_, S>,
+    mut r: Cursor<'_, '_, S>,
+    mut w: Cursor<'_, '_, S>,
     max_read: u32,
 ) -> Result<usize, RequestError>
 where
@@ -88,14 +38,13 @@ where
         return reply_errno(&mut w, hdr.unique, libc::EINVAL);
     }
     let needed = size_of::<OutHeader>() + arg.size as usize;
-    if w.available_bytes() < needed {
+    if w.available() < needed {
         return reply_errno(&mut w, hdr.unique, libc::EINVAL);
     }
     let owner = (arg.read_flags & READ_LOCKOWNER != 0).then_some(arg.lock_owner);
-    let data = w
-        .split_at(size_of::<OutHeader>())
-        .map_err(RequestError::Chain)?;
-    let mut data = GuestWriter(data);
+    let mut data = w.clone();
+    data.skip(size_of::<OutHeader>());
+    data.limit(arg.size as usize);
     match fs.read(
         ctx, hdr.nodeid, arg.fh, &mut data, arg.size, arg.offset, owner, arg.flags,
     ) {
@@ -121,8 +70,8 @@ pub fn write<F, S>(
     fs: &F,
     ctx: &Context,
     hdr: &InHeader,
-    mut r: Reader<'_, S>,
-    mut w: Writer<'_, S>,
+    mut r: Cursor<'_, '_, S>,
+    mut w: Cursor<'_, '_, S>,
     max_write: u32,
 ) -> Result<usize, RequestError>
 where
@@ -134,14 +83,14 @@ where
         "unique={} WRITE nodeid={} fh={} offset={} size={}",
         hdr.unique, hdr.nodeid, arg.fh, arg.offset, arg.size
     );
-    if arg.size > max_write || r.available_bytes() < arg.size as usize {
+    if arg.size > max_write || r.available() < arg.size as usize {
         return reply_errno(&mut w, hdr.unique, libc::EINVAL);
     }
     // Bound the payload to `size` so a filesystem can never read trailing guest bytes.
-    let _trailing = r.split_at(arg.size as usize).map_err(RequestError::Chain)?;
+    r.limit(arg.size as usize);
     let owner = (arg.fuse_flags & WRITE_LOCKOWNER != 0).then_some(arg.lock_owner);
     let delayed = arg.fuse_flags & WRITE_CACHE != 0;
-    let mut data = GuestReader(r);
+    let mut data = r;
     match fs.write(
         ctx,
         hdr.nodeid,

@@ -2,6 +2,7 @@
 //! threads. Knows descriptors and queues, nothing about files (that is `fs`).
 
 mod backend;
+mod chain;
 mod dispatch;
 mod frontend;
 mod init;

@@ -13,7 +13,6 @@ use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::ByteValued;
 
 use super::dispatch::{Dispatcher, ServedFs};
-use super::io;
 use super::opcode::{Opcode, Own};
 use super::reply::{reply_io_error, reply_ok, RequestError};
 use crate::fs::secctx;
@@ -40,15 +39,7 @@ impl<F: ServedFs> Dispatcher<F> {
         }
         match own {
             Own::Init => unreachable!("served above"),
-            Own::Read => io::read(
-                &*self.fs,
-                &ctx,
-                hdr,
-                r,
-                w,
-                self.limits().max_read(self.page_size),
-            ),
-            Own::Write => io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write),
+            Own::Read | Own::Write => unreachable!("served from the chain's buffers"),
             Own::Getlk => {
                 let arg: LkIn = r.read_obj().map_err(RequestError::Decode)?;
                 match self

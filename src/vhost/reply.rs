@@ -5,8 +5,6 @@ use std::io::{self, IoSlice, Write};
 use std::mem::size_of;
 
 use fuse_backend_rs::abi::fuse_abi::OutHeader;
-use fuse_backend_rs::transport::Writer;
-use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
 /// Why one request failed without a reply having been written.
@@ -50,8 +48,8 @@ impl RequestError {
 }
 
 /// Writes a successful reply: header plus `body`. Returns the used length.
-pub fn reply_ok<S: BitmapSlice>(
-    w: &mut Writer<'_, S>,
+pub fn reply_ok<W: Write + ?Sized>(
+    w: &mut W,
     unique: u64,
     body: &[u8],
 ) -> Result<usize, RequestError> {
@@ -67,8 +65,8 @@ pub fn reply_ok<S: BitmapSlice>(
 }
 
 /// Writes an error reply carrying `-errno`. Returns the used length.
-pub fn reply_errno<S: BitmapSlice>(
-    w: &mut Writer<'_, S>,
+pub fn reply_errno<W: Write + ?Sized>(
+    w: &mut W,
     unique: u64,
     errno: i32,
 ) -> Result<usize, RequestError> {
@@ -82,8 +80,8 @@ pub fn reply_errno<S: BitmapSlice>(
 }
 
 /// Writes an error reply for a filesystem error, EIO when it carries no errno.
-pub fn reply_io_error<S: BitmapSlice>(
-    w: &mut Writer<'_, S>,
+pub fn reply_io_error<W: Write + ?Sized>(
+    w: &mut W,
     unique: u64,
     err: &io::Error,
 ) -> Result<usize, RequestError> {

@@ -12,7 +12,7 @@ use fuse_backend_rs::abi::fuse_abi::{
 use fuse_backend_rs::api::filesystem::{
     Context, Entry, FileSystem, ZeroCopyReader, ZeroCopyWriter,
 };
-use virtio_bindings::virtio_ring::VRING_DESC_F_WRITE;
+use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
@@ -325,7 +325,6 @@ fn malformed_messages_get_errno_or_are_dropped() {
 fn backend_serves_a_queue_through_the_worker_pool() {
     use super::backend::{FsBackend, Vring};
     use vhost_user_backend::{VhostUserBackend, VringT};
-    use virtio_bindings::virtio_ring::VRING_DESC_F_NEXT;
     use vm_memory::GuestMemoryAtomic;
     use vmm_sys_util::epoll::EventSet;
 
@@ -448,6 +447,31 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
     )));
     // A header split across descriptors is not peeked at: served on the queue thread.
     assert_eq!(place(&read_req(1, 0, 1 << 20)[..20]), Place::Here);
+    // A Linux guest's layout: the header alone, the arguments in the next descriptor.
+    let split = |msg: &[u8]| {
+        mem.write_slice(msg, GuestAddress(REQ_ADDR)).unwrap();
+        let vq = MockSplitQueue::new(&mem, 16);
+        let hdr = size_of::<InHeader>();
+        let descs = [
+            RawDescriptor::from(SplitDescriptor::new(
+                REQ_ADDR,
+                hdr as u32,
+                VRING_DESC_F_NEXT as u16,
+                1,
+            )),
+            RawDescriptor::from(SplitDescriptor::new(
+                REQ_ADDR + hdr as u64,
+                (msg.len() - hdr) as u32,
+                0,
+                0,
+            )),
+        ];
+        placement(&vq.build_desc_chain(&descs).unwrap())
+    };
+    assert_eq!(split(&read_req(1, 0, 1 << 20)), Place::Worker);
+    assert_eq!(split(&read_req(1, 0, 4096)), Place::Here);
+    assert_eq!(split(&write(1 << 20)), Place::Worker);
+    assert_eq!(split(&write(4096)), Place::Here);
     // A lock wait gets a thread of its own; a lock attempt that cannot wait, a worker.
     let lk = [0u8; 48];
     assert_eq!(

@@ -43,6 +43,10 @@ pub struct ConnectOptions {
     pub reply_ack: bool,
     /// Default wait for a completion before reporting `Error::Timeout`.
     pub timeout: Duration,
+    /// Lay requests out as the Linux virtio-fs driver does: the in header, the arguments and
+    /// the out header each in a descriptor of their own, payload and reply data one descriptor
+    /// per 4 KiB page (a 1 MiB READ is 258 descriptors). Off: one descriptor per part.
+    pub linux_layout: bool,
 }
 
 impl Default for ConnectOptions {
@@ -54,6 +58,7 @@ impl Default for ConnectOptions {
             event_idx: true,
             reply_ack: true,
             timeout: Duration::from_secs(10),
+            linux_layout: false,
         }
     }
 }
@@ -85,6 +90,7 @@ pub struct Device {
     pub(crate) pending: Vec<HashMap<u16, Pending>>,
     pub(crate) stash: Vec<(Ticket, RawCompletion)>,
     pub(crate) seq: u64,
+    pub(crate) linux_layout: bool,
 }
 
 fn parse_config(buf: &[u8]) -> (String, u32) {
@@ -191,6 +197,7 @@ impl Device {
             pending: (0..=nreq).map(|_| HashMap::new()).collect(),
             stash: Vec::new(),
             seq: 0,
+            linux_layout: opts.linux_layout,
         })
     }
 

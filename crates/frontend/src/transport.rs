@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crate::device::{Device, REQUEST_QUEUE};
 use crate::error::{Error, Result};
-use crate::request::{FuseReply, FuseRequest, RawCompletion, RawSegment};
+use crate::request::{
+    FuseReply, FuseRequest, RawCompletion, RawSegment, IN_HEADER_LEN, OUT_HEADER_LEN,
+};
 use crate::vring::Segment;
 
 /// Identifies one queued chain until it completes.
@@ -75,31 +77,56 @@ impl Device {
         let head = req.head_bytes(seq);
         let mut allocs = Vec::new();
         let mut segs = Vec::with_capacity(3);
+        let linux = self.linux_layout;
+        let page = |len: usize| if linux { 4096 } else { len.max(1) };
         let g = self.alloc_buf(head.len() as u64, &mut allocs)?;
         self.ram.write(g, &head)?;
-        segs.push(Segment {
-            addr: g,
-            len: head.len() as u32,
-            writable: false,
-        });
+        let split = if linux && head.len() > IN_HEADER_LEN {
+            IN_HEADER_LEN
+        } else {
+            head.len()
+        };
+        for (at, len) in [(0, split), (split, head.len() - split)] {
+            if len > 0 {
+                segs.push(Segment {
+                    addr: g + at as u64,
+                    len: len as u32,
+                    writable: false,
+                });
+            }
+        }
         if let Some(data) = req.data.as_ref().filter(|d| !d.is_empty()) {
             let g = self.alloc_buf(data.len() as u64, &mut allocs)?;
             self.ram.write(g, data)?;
-            segs.push(Segment {
-                addr: g,
-                len: data.len() as u32,
-                writable: false,
-            });
+            let step = page(data.len());
+            for at in (0..data.len()).step_by(step) {
+                segs.push(Segment {
+                    addr: g + at as u64,
+                    len: step.min(data.len() - at) as u32,
+                    writable: false,
+                });
+            }
         }
         let mut outs = Vec::new();
         if req.reply_capacity > 0 {
-            let g = self.alloc_buf(u64::from(req.reply_capacity), &mut allocs)?;
-            segs.push(Segment {
-                addr: g,
-                len: req.reply_capacity,
-                writable: true,
-            });
-            outs.push((g, req.reply_capacity));
+            let cap = req.reply_capacity as usize;
+            let g = self.alloc_buf(cap as u64, &mut allocs)?;
+            let mut pieces = vec![(0, cap)];
+            if linux && cap > OUT_HEADER_LEN {
+                pieces = vec![(0, OUT_HEADER_LEN)];
+                let rest = cap - OUT_HEADER_LEN;
+                for at in (0..rest).step_by(page(rest)) {
+                    pieces.push((OUT_HEADER_LEN + at, 4096.min(rest - at)));
+                }
+            }
+            for (at, len) in pieces {
+                segs.push(Segment {
+                    addr: g + at as u64,
+                    len: len as u32,
+                    writable: true,
+                });
+                outs.push((g + at as u64, len as u32));
+            }
         }
         let p = Pending {
             seq,

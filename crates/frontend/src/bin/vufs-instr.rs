@@ -291,6 +291,8 @@ fn run() -> Result<()> {
     let copts = ConnectOptions {
         // Under valgrind a first request can take seconds.
         timeout: Duration::from_secs(300),
+        // Descriptors as a Linux guest lays them out (a 1 MiB READ is 258 of them).
+        linux_layout: true,
         ..Default::default()
     };
     let mut paced = Paced {
