@@ -14,7 +14,7 @@ use union_virtiofsd::config::registry::Settings;
 use union_virtiofsd::fs::options::Negotiate;
 use union_virtiofsd::fs::{FsConfig, UnionFs};
 use union_virtiofsd::union::Branch;
-use union_virtiofsd::vhost::Dispatcher;
+use union_virtiofsd::vhost::{Dispatcher, Ring};
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
@@ -84,11 +84,19 @@ pub fn memory() -> &'static Mem {
 /// and `next` fields untouched: loops and stray indices stay). `None` if the queue refuses it.
 pub fn chain_of(slot: usize, descs: &[RawDescriptor]) -> Option<Chain> {
     let mem = memory();
-    let q = MockSplitQueue::create(mem, GuestAddress(slot as u64 * 0x1000), QUEUE_LEN);
+    let q = MockSplitQueue::create(mem, ring(slot).table, QUEUE_LEN);
     // A fresh avail ring each time: the mock counts chains up from what memory holds.
     mem.write_obj(0u16, q.avail_addr().unchecked_add(2)).ok()?;
     q.add_desc_chains(descs, 0).ok()?;
     q.create_queue::<Queue>().ok()?.iter(mem).ok()?.next()
+}
+
+/// The descriptor table of the mock queue of `slot`.
+pub fn ring(slot: usize) -> Ring {
+    Ring {
+        table: GuestAddress(slot as u64 * 0x1000),
+        size: QUEUE_LEN,
+    }
 }
 
 /// One descriptor.
@@ -170,7 +178,7 @@ pub fn serve_plain(
     ];
     let chain = chain_of(slot, &descs).expect("plain chain");
     let start = thread_cpu_time();
-    let used = d.handle(chain.clone(), 1024);
+    let used = d.handle(chain.clone(), ring(slot), 1024);
     // A request that keeps a daemon thread busy this long is a denial of service (SETLKW
     // excepted: it waits by design, on a thread of its own). CPU time of this thread (the
     // request is served on it), so that a loaded machine does not look like a slow request.

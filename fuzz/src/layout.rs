@@ -84,11 +84,14 @@ fn record(h: &mut Harness, input: &mut Input<'_>) {
         .map(|d| (d.addr().0, d.addr().0.saturating_add(u64::from(d.len()))))
         .collect();
     spans.extend_from_slice(&p.tables);
-    let used = h.d.handle(chain, queue_size);
+    let used = h.d.handle(chain, crate::guest::ring(0), queue_size);
     let room: u64 = writable.iter().map(|w| u64::from(w.1)).sum();
     // (fuzz/regressions/chain/destroy-used-without-writable: DESTROY once reported 16 bytes
     // used where the chain had no room for them.)
-    assert!(u64::from(used) <= room, "{used} bytes used, {room} writable");
+    assert!(
+        u64::from(used) <= room,
+        "{used} bytes used, {room} writable"
+    );
     let mut reply = Vec::with_capacity(used as usize);
     for (addr, len) in writable {
         let want = (used as usize - reply.len()).min(len as usize);

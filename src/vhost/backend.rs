@@ -263,11 +263,14 @@ where
                 return None;
             }
             let mut state = vring.get_mut();
-            let size = state.get_queue().size();
+            let ring = super::Ring {
+                table: vm_memory::GuestAddress(state.get_queue().desc_table()),
+                size: state.get_queue().size(),
+            };
             state
                 .get_queue_mut()
                 .pop_descriptor_chain(mem.memory())
-                .map(|c| (c, size))
+                .map(|c| (c, ring))
         };
         loop {
             if event_idx {
@@ -275,7 +278,7 @@ where
             }
             // The chain popped after a costly one, to see whether anything waits behind it.
             let mut ahead = None;
-            while let Some((chain, queue_size)) = ahead.take().or_else(pop) {
+            while let Some((chain, ring)) = ahead.take().or_else(pop) {
                 vring.flight().begin();
                 let head = chain.head_index();
                 let mut place = super::dispatch::placement(&chain);
@@ -290,14 +293,14 @@ where
                     }
                 }
                 if place == Place::Here || (place == Place::Worker && self.pool.is_none()) {
-                    let len = self.dispatcher.handle(chain, queue_size);
+                    let len = self.dispatcher.handle(chain, ring, ring.size);
                     complete(vring, head, len, event_idx);
                     continue;
                 }
                 let dispatcher = self.dispatcher.clone();
                 let worker_vring = vring.clone();
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                    let len = dispatcher.handle(chain, queue_size);
+                    let len = dispatcher.handle(chain, ring, ring.size);
                     complete(&worker_vring, head, len, event_idx);
                 });
                 let job = match place {

@@ -10,8 +10,12 @@ use fuse_backend_rs::api::filesystem::{ZeroCopyReader, ZeroCopyWriter};
 use fuse_backend_rs::file_buf::FileVolatileSlice;
 use fuse_backend_rs::file_traits::FileReadWriteVolatile;
 use smallvec::SmallVec;
+use std::mem::size_of;
+use std::ops::Deref;
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::{BitmapSlice, MS};
-use vm_memory::{GuestMemory, GuestMemoryMmap, VolatileSlice};
+use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, VolatileSlice};
 
 use super::backend::Logged;
 
@@ -42,7 +46,7 @@ impl<'a> Parts<'a, Mapped<'a>> {
     /// iterator follows indirect tables, stops at the queue size and at 4 GiB).
     pub(crate) fn map<I>(mem: &'a GuestMemoryMmap<Logged>, descriptors: I) -> Result<Self, Bad>
     where
-        I: IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
+        I: IntoIterator<Item = Descriptor>,
     {
         let mut parts = Parts {
             readable: SmallVec::new(),
@@ -76,6 +80,99 @@ impl<'a, B: BitmapSlice> Parts<'a, B> {
     /// A cursor over the writable buffers.
     pub(crate) fn writer(&self) -> Cursor<'_, 'a, B> {
         Cursor::new(&self.writable)
+    }
+}
+
+/// Where a queue's descriptor table is in guest memory, and its number of entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ring {
+    /// Guest address of the descriptor table.
+    pub table: GuestAddress,
+    /// Entries in it (the queue size).
+    pub size: u16,
+}
+
+/// Bytes of one split-ring descriptor.
+const DESC: usize = size_of::<Descriptor>();
+
+/// The descriptors of one chain by virtio-queue's rules (an indirect table followed once,
+/// never from inside one; at most as many descriptors as the table has entries; the chain
+/// ends at a bad index, a bad indirect table or at 4 GiB of buffers), read from one mapping
+/// of the table instead of a guest-memory lookup per descriptor.
+struct TableWalk<'a> {
+    mem: &'a GuestMemoryMmap<Logged>,
+    table: VolatileSlice<'a, Mapped<'a>>,
+    entries: u16,
+    next: u16,
+    ttl: u16,
+    yielded: u32,
+    indirect: bool,
+}
+
+impl Iterator for TableWalk<'_> {
+    type Item = Descriptor;
+
+    fn next(&mut self) -> Option<Descriptor> {
+        loop {
+            if self.ttl == 0 || self.next >= self.entries {
+                return None;
+            }
+            let d: Descriptor = self.table.read_obj(usize::from(self.next) * DESC).ok()?;
+            if d.refers_to_indirect_table() {
+                let entries = d.len() as usize / DESC;
+                if self.indirect || d.len() as usize % DESC != 0 || entries > usize::from(u16::MAX)
+                {
+                    return None;
+                }
+                self.table = self.mem.get_slice(d.addr(), d.len() as usize).ok()?;
+                self.entries = entries as u16;
+                self.next = 0;
+                self.ttl = self.entries;
+                self.indirect = true;
+                continue;
+            }
+            self.yielded = self.yielded.checked_add(d.len())?;
+            if d.has_next() {
+                self.next = d.next();
+                self.ttl -= 1;
+            } else {
+                self.ttl = 0;
+            }
+            return Some(d);
+        }
+    }
+}
+
+impl<'a> Parts<'a, Mapped<'a>> {
+    /// Maps the buffers of `chain`, a chain of the queue `ring` (its descriptors read from
+    /// one mapping of the table; by virtio-queue's iterator where the table is not in one
+    /// piece of guest memory).
+    pub(crate) fn of_chain<M>(
+        mem: &'a GuestMemoryMmap<Logged>,
+        chain: &DescriptorChain<M>,
+        ring: Ring,
+    ) -> Result<Self, Bad>
+    where
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
+    {
+        let table = usize::from(ring.size)
+            .checked_mul(DESC)
+            .and_then(|len| mem.get_slice(ring.table, len).ok());
+        match table {
+            Some(table) => Self::map(
+                mem,
+                TableWalk {
+                    mem,
+                    table,
+                    entries: ring.size,
+                    next: chain.head_index(),
+                    ttl: ring.size,
+                    yielded: 0,
+                    indirect: false,
+                },
+            ),
+            None => Self::map(mem, chain.clone()),
+        }
     }
 }
 
@@ -213,6 +310,24 @@ impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
     }
 }
 
+/// A request's bytes still to be read, wherever they are.
+pub(crate) trait Remaining: io::Read {
+    /// How many are left.
+    fn remaining(&self) -> usize;
+}
+
+impl<B: BitmapSlice> Remaining for Cursor<'_, '_, B> {
+    fn remaining(&self) -> usize {
+        self.left
+    }
+}
+
+impl<S: BitmapSlice> Remaining for fuse_backend_rs::transport::Reader<'_, S> {
+    fn remaining(&self) -> usize {
+        self.available_bytes()
+    }
+}
+
 impl<B: BitmapSlice> io::Write for Cursor<'_, '_, B> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = buf.len().min(self.left);
@@ -303,6 +418,106 @@ mod tests {
 
     fn d(addr: u64, len: u32, writable: bool) -> Descriptor {
         Descriptor::new(addr, len, if writable { WRITE } else { 0 }, 0)
+    }
+
+    /// Each buffer of `parts` as (host address, length), readable then writable.
+    fn spans(parts: &Parts<'_, Mapped<'_>>) -> Vec<(usize, usize, bool)> {
+        let one = |w: bool| {
+            move |s: &VolatileSlice<'_, Mapped<'_>>| (s.ptr_guard().as_ptr() as usize, s.len(), w)
+        };
+        parts
+            .readable
+            .iter()
+            .map(one(false))
+            .chain(parts.writable.iter().map(one(true)))
+            .collect()
+    }
+
+    #[test]
+    fn the_table_walk_finds_what_virtio_queue_finds() {
+        use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
+        use virtio_queue::desc::RawDescriptor;
+        use virtio_queue::mock::MockSplitQueue;
+        use virtio_queue::{Queue, QueueOwnedT};
+        const NEXT: u16 = VRING_DESC_F_NEXT as u16;
+        const INDIRECT: u16 = VRING_DESC_F_INDIRECT as u16;
+        let raw = |addr: u64, len: u32, flags: u16, next: u16| {
+            RawDescriptor::from(Descriptor::new(addr, len, flags, next))
+        };
+        let m = mem();
+        // An indirect table at 0x8000: header, arguments, then two writable pages.
+        let indirect = [
+            raw(0x2000, 40, NEXT, 1),
+            raw(0x2100, 40, NEXT, 2),
+            raw(0x3000, 16, WRITE | NEXT, 3),
+            raw(0x4000, 4096, WRITE, 0),
+        ];
+        for (i, d) in indirect.iter().enumerate() {
+            m.write_obj(*d, GuestAddress(0x8000 + 16 * i as u64))
+                .unwrap();
+        }
+        // A nested indirect table at 0x9000 (must end the chain).
+        m.write_obj(raw(0x8000, 64, INDIRECT, 0), GuestAddress(0x9000))
+            .unwrap();
+        let layouts: Vec<Vec<RawDescriptor>> = vec![
+            // Plain, Linux-style.
+            vec![
+                raw(0x2000, 40, NEXT, 1),
+                raw(0x2100, 40, NEXT, 2),
+                raw(0x3000, 16, WRITE, 0),
+            ],
+            // Through the indirect table.
+            vec![raw(0x8000, 64, INDIRECT, 0)],
+            // Direct, then indirect.
+            vec![raw(0x2000, 40, NEXT, 1), raw(0x8000, 64, INDIRECT, 0)],
+            // Indirect inside indirect.
+            vec![raw(0x9000, 16, INDIRECT, 0)],
+            // A table whose length is not whole descriptors.
+            vec![raw(0x8000, 60, INDIRECT, 0)],
+            // A loop: bounded by the table's size.
+            vec![raw(0x2000, 40, NEXT, 1), raw(0x3000, 16, WRITE | NEXT, 0)],
+            // A next index beyond the table.
+            vec![raw(0x2000, 40, NEXT, 200)],
+            // 4 GiB of buffers.
+            vec![raw(0x2000, u32::MAX, NEXT, 1), raw(0x3000, 16, WRITE, 0)],
+        ];
+        for (i, descs) in layouts.iter().enumerate() {
+            let q = MockSplitQueue::new(&m, 16);
+            q.add_desc_chains(descs, 0).unwrap();
+            let chain = q
+                .create_queue::<Queue>()
+                .unwrap()
+                .iter(&m)
+                .unwrap()
+                .next()
+                .unwrap();
+            let ring = Ring {
+                table: q.desc_table_addr(),
+                size: 16,
+            };
+            let ours = Parts::of_chain(&m, &chain, ring).map(|p| spans(&p));
+            let theirs = Parts::map(&m, chain.clone()).map(|p| spans(&p));
+            assert_eq!(ours, theirs, "layout {i}");
+        }
+        // What the plain and indirect layouts hold, to be sure both walks see something.
+        let q = MockSplitQueue::new(&m, 16);
+        q.add_desc_chains(&layouts[1], 0).unwrap();
+        let chain = q
+            .create_queue::<Queue>()
+            .unwrap()
+            .iter(&m)
+            .unwrap()
+            .next()
+            .unwrap();
+        let ring = Ring {
+            table: q.desc_table_addr(),
+            size: 16,
+        };
+        let parts = Parts::of_chain(&m, &chain, ring).unwrap();
+        assert_eq!(
+            (parts.reader().available(), parts.writer().available()),
+            (80, 4112)
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use vm_memory::{GuestMemory, GuestMemoryMmap};
 type Slice = Logged;
 
 use super::backend::Logged;
-use super::chain::{Bad, Cursor, Mapped, Parts};
+use super::chain::{Bad, Cursor, Mapped, Parts, Ring};
 use super::init::{self, Negotiated};
 use super::io;
 use super::opcode::{self, Own, ServedBy};
@@ -231,16 +231,18 @@ where
         Ok(done)
     }
 
-    /// Serves the request in `chain`, arriving on a queue of `queue_size` entries. Returns the
+    /// Serves the request in `chain`, whose descriptors are in `ring`'s table, arriving on a
+    /// queue of `queue_size` entries (what INIT caps max_pages by; `ring.size` but in tests
+    /// and fuzzing, which negotiate sizes their mock queues do not have). Returns the
     /// number of bytes written into the chain, for `add_used`. Never panics on guest input.
-    pub fn handle<M>(&self, chain: DescriptorChain<M>, queue_size: u16) -> u32
+    pub fn handle<M>(&self, chain: DescriptorChain<M>, ring: Ring, queue_size: u16) -> u32
     where
         M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
         let head = chain.head_index();
         let mem = chain.memory();
         // The one walk over the chain: every buffer mapped, the order checked.
-        let parts = match Parts::map(mem, chain.clone()) {
+        let parts = match Parts::of_chain(mem, &chain, ring) {
             Ok(parts) => parts,
             Err(Bad::Order) => {
                 // Virtio requires device-readable descriptors first; QEMU calls such a chain
@@ -272,7 +274,7 @@ where
                 ServedBy::Daemon(own @ (Own::Read | Own::Write)) => {
                     self.serve_io(own, &hdr, r, parts.writer())
                 }
-                _ => self.serve(&hdr, info, mem, &chain, queue_size),
+                _ => self.serve(&hdr, info, r, parts.writer(), mem, &chain, queue_size),
             }
         }))
         .unwrap_or_else(|_| {
@@ -326,12 +328,17 @@ where
         }
     }
 
-    /// Serves a request whose header `hdr` was read, through fuse-backend-rs's reader and
-    /// writer over the chain (the header read again and passed over: `hdr` is what counts).
+    /// Serves a request whose header `hdr` was read from `r` (which is past it); `w` is the
+    /// reply's buffers. The `Server` and this daemon's other opcodes get fuse-backend-rs's
+    /// writer over the chain (and, for the latter, its reader, the header read again and
+    /// passed over: `hdr` is what counts).
+    #[allow(clippy::too_many_arguments)]
     fn serve<M>(
         &self,
         hdr: &InHeader,
         info: opcode::OpInfo,
+        r: Cursor<'_, '_, Mapped<'_>>,
+        mut w: Cursor<'_, '_, Mapped<'_>>,
         mem: &M::Target,
         chain: &DescriptorChain<M>,
         queue_size: u16,
@@ -339,25 +346,29 @@ where
     where
         M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
-        let mut r: Reader<'_, Slice> =
-            Reader::from_descriptor_chain(mem, chain.clone()).map_err(RequestError::Chain)?;
-        r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
-        let mut w: Writer<'_, Slice> = VirtioFsWriter::new(mem, chain.clone())
-            .map_err(RequestError::Chain)?
-            .into();
+        let writer = || -> Result<Writer<'_, Slice>, RequestError> {
+            Ok(VirtioFsWriter::new(mem, chain.clone())
+                .map_err(RequestError::Chain)?
+                .into())
+        };
         let op = hdr.opcode;
         match info.served_by {
             ServedBy::Unsupported if !info.replies => Ok(0),
             ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
-            ServedBy::Daemon(own) => self.serve_own(own, hdr, r, w, queue_size),
+            ServedBy::Daemon(own) => {
+                let mut r: Reader<'_, Slice> = Reader::from_descriptor_chain(mem, chain.clone())
+                    .map_err(RequestError::Chain)?;
+                r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
+                self.serve_own(own, hdr, r, writer()?, queue_size)
+            }
             ServedBy::Library => {
-                if w.available_bytes() < info.min_reply {
+                let room = w.available();
+                if room < info.min_reply {
                     // The filesystem would open a handle or take a reference the guest could
                     // never learn about (and so never release): refuse before acting.
                     return reply_errno(&mut w, hdr.unique, libc::EINVAL);
                 }
-                let room = w.available_bytes();
-                let n = self.serve_copy(hdr, r, w)?;
+                let n = self.serve_copy(hdr, r, writer()?)?;
                 // fuse-backend-rs replies to DESTROY but reports 0 bytes written (and writes
                 // nothing where the chain has no room for the header).
                 if op == Opcode::Destroy as u32 && room >= size_of::<OutHeader>() {
@@ -378,22 +389,23 @@ where
     pub(super) fn serve_copy(
         &self,
         hdr: &InHeader,
-        mut r: Reader<'_, Slice>,
+        mut r: Cursor<'_, '_, Mapped<'_>>,
         mut w: Writer<'_, Slice>,
     ) -> Result<usize, RequestError> {
         use vm_memory::ByteValued;
         let mut hdr = *hdr;
         let declared = (hdr.len as usize).max(size_of::<InHeader>());
-        let mut body_len = (declared - size_of::<InHeader>()).min(r.available_bytes());
+        let mut body_len = (declared - size_of::<InHeader>()).min(r.available());
         let mut ext = None;
         if hdr.padding as u16 != 0 {
             // total_extlen: the low half of what fuse-backend-rs calls padding.
             let ext_len = usize::from(hdr.padding as u16) * 8;
-            let found = match r.split_at(body_len.saturating_sub(ext_len)) {
-                Ok(mut tail) => self.extensions(&hdr, &mut tail),
-                Err(_) => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-            };
-            match found {
+            if ext_len > body_len {
+                return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+            }
+            let mut tail = r.clone();
+            tail.skip(body_len.saturating_sub(ext_len));
+            match self.extensions(&hdr, &mut tail) {
                 Ok(e) => ext = e,
                 Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
             }

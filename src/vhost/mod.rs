@@ -35,6 +35,7 @@ use vhost_user_backend::{Error as DaemonError, VhostUserDaemon, VringEpollHandle
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 pub use backend::{FsBackend, MAX_QUEUE_SIZE};
+pub use chain::Ring;
 pub use dispatch::Dispatcher;
 pub use init::{effective_max_pages, Negotiated, MAX_PAGES_LIMIT};
 

@@ -248,21 +248,21 @@ impl<F: ServedFs> Dispatcher<F> {
     /// The security context a create-like request carries after its arguments (the last
     /// `total_extlen * 8` bytes, FUSE_SECURITY_CTX only); `r` is left at the extension.
     /// EINVAL for extensions that were not negotiated or do not parse.
-    pub(super) fn extensions<S: vm_memory::bitmap::BitmapSlice>(
+    pub(super) fn extensions<R: super::chain::Remaining>(
         &self,
         hdr: &InHeader,
-        r: &mut Reader<'_, S>,
+        r: &mut R,
     ) -> std::io::Result<Option<secctx::SecContext>> {
         let ext_len = usize::from(hdr.padding as u16) * 8;
         if ext_len == 0 {
             return Ok(None);
         }
         let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
-        if self.fs.extra_flags() & SECURITY_CTX == 0 || ext_len > r.available_bytes() {
+        if self.fs.extra_flags() & SECURITY_CTX == 0 || ext_len > r.remaining() {
             return Err(einval());
         }
         // Whatever lies between the arguments read and the extension is skipped.
-        let skip = r.available_bytes() - ext_len;
+        let skip = r.remaining() - ext_len;
         let mut sink = vec![0u8; skip.min(4096)];
         let mut left = skip;
         while left > 0 {

@@ -134,7 +134,11 @@ fn serve(
     }
     let vq = MockSplitQueue::new(mem, 16);
     let chain = vq.build_desc_chain(&descs).unwrap();
-    let used = d.handle(chain, queue_size);
+    let ring = super::Ring {
+        table: vq.desc_table_addr(),
+        size: 16,
+    };
+    let used = d.handle(chain, ring, queue_size);
     let mut reply = vec![0u8; used as usize];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
         .unwrap();
@@ -488,7 +492,7 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
 /// rewrites its request after the dispatcher looked at it cannot change what is served.
 #[test]
 fn a_request_is_decoded_from_guest_memory_once() {
-    use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
+    use fuse_backend_rs::transport::{VirtioFsWriter, Writer};
     let d = Dispatcher::new(FakeFs::default(), 256);
     let mem = memory();
     init(&d, &mem, 1024);
@@ -513,7 +517,12 @@ fn a_request_is_decoded_from_guest_memory_once() {
     ];
     let vq = MockSplitQueue::new(&mem, 16);
     let chain = vq.build_desc_chain(&descs).unwrap();
-    let mut r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
+    let ring = super::Ring {
+        table: vq.desc_table_addr(),
+        size: 16,
+    };
+    let parts = super::chain::Parts::of_chain(&mem, &chain, ring).unwrap();
+    let mut r = parts.reader();
     r.read_obj::<InHeader>().unwrap();
     let w: Writer<'_, crate::vhost::backend::Logged> =
         VirtioFsWriter::new(&mem, chain).unwrap().into();
