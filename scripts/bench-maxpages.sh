@@ -62,7 +62,8 @@
 # reads and writes it).
 #
 # Not part of the test suite. Each boot runs all of its workloads; the defaults (5 settings x
-# 2 boots x 3 runs = 30 boots) took 16 minutes on the 2-core machine, --count-requests 4 more.
+# 3 boots x 3 runs = 45 boots) take about 25 minutes on the 2-core machine, --count-requests 5
+# more. --settings also takes k6-64, k6-128, k7-64, k7-128 and k7-512 (not run by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -252,9 +252,10 @@ where
         }
     }
 
-    /// Pops every available chain of `vring` and serves it: costly requests (see
-    /// [`super::dispatch::is_heavy`]) on a worker when there is a pool, cheap ones right here,
-    /// where a thread hand-off would cost more than the request itself.
+    /// Pops every available chain of `vring` and serves it: cheap requests right here, where
+    /// a thread hand-off would cost more than the request itself; costly ones (see
+    /// [`super::dispatch::placement`]) on a worker when there is a pool and another request
+    /// waits behind them, here when none does.
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         let pop = || {
@@ -267,10 +268,11 @@ where
                 table: vm_memory::GuestAddress(state.get_queue().desc_table()),
                 size: state.get_queue().size(),
             };
-            state
-                .get_queue_mut()
-                .pop_descriptor_chain(mem.memory())
-                .map(|c| (c, ring))
+            let chain = state.get_queue_mut().pop_descriptor_chain(mem.memory())?;
+            // In flight from the moment it leaves the ring (a chain popped ahead of its turn
+            // included), so that a pause never finds the queue idle with a request in hand.
+            vring.flight().begin();
+            Some((chain, ring))
         };
         loop {
             if event_idx {
@@ -279,7 +281,6 @@ where
             // The chain popped after a costly one, to see whether anything waits behind it.
             let mut ahead = None;
             while let Some((chain, ring)) = ahead.take().or_else(pop) {
-                vring.flight().begin();
                 let head = chain.head_index();
                 let mut place = super::dispatch::placement(&chain);
                 if place == Place::Worker && self.pool.is_some() {
