@@ -230,38 +230,38 @@ impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
         }
     }
 
+    /// The next `n` bytes (at most what is left) as (buffer, offset in it, length), without
+    /// moving.
+    fn spans(&self, n: usize) -> impl Iterator<Item = (&VolatileSlice<'a, B>, usize, usize)> {
+        let mut want = n.min(self.left);
+        let mut off = self.off;
+        self.bufs[self.at.min(self.bufs.len())..]
+            .iter()
+            .map_while(move |b| {
+                if want == 0 {
+                    return None;
+                }
+                let start = std::mem::take(&mut off);
+                let k = (b.len() - start).min(want);
+                want -= k;
+                Some((b, start, k))
+            })
+            .filter(|&(_, _, k)| k > 0)
+    }
+
     /// The next `count` bytes (at most what is left) as slices a file can read into or
     /// write from, without moving.
     fn pieces(&self, count: usize) -> SmallVec<[FileVolatileSlice<'a>; INLINE]> {
-        let mut want = count.min(self.left);
-        let mut out = SmallVec::new();
-        let (mut at, mut off) = (self.at, self.off);
-        while want > 0 && at < self.bufs.len() {
-            let b = &self.bufs[at];
-            let n = (b.len() - off).min(want);
-            if n > 0 {
-                if let Ok(s) = b.subslice(off, n) {
-                    out.push(FileVolatileSlice::from_volatile_slice(&s));
-                }
-                want -= n;
-            }
-            at += 1;
-            off = 0;
-        }
-        out
+        self.spans(count)
+            .filter_map(|(b, off, k)| b.subslice(off, k).ok())
+            .map(|s| FileVolatileSlice::from_volatile_slice(&s))
+            .collect()
     }
 
     /// Marks the next `n` bytes dirty in the migration log (a file wrote them).
     fn mark_dirty(&self, n: usize) {
-        let mut want = n.min(self.left);
-        let (mut at, mut off) = (self.at, self.off);
-        while want > 0 && at < self.bufs.len() {
-            let b = &self.bufs[at];
-            let k = (b.len() - off).min(want);
+        for (b, off, k) in self.spans(n) {
             b.bitmap().mark_dirty(off, k);
-            want -= k;
-            at += 1;
-            off = 0;
         }
     }
 
@@ -271,15 +271,30 @@ impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         let mut done = 0;
-        while done < buf.len() {
-            let b = &self.bufs[self.at];
-            let n = (b.len() - self.off).min(buf.len() - done);
-            b.subslice(self.off, n)
+        for (b, off, k) in self.spans(buf.len()) {
+            b.subslice(off, k)
                 .map_err(io::Error::other)?
-                .copy_to(&mut buf[done..done + n]);
-            done += n;
-            self.skip(n);
+                .copy_to(&mut buf[done..done + k]);
+            done += k;
         }
+        self.skip(done);
+        Ok(())
+    }
+
+    /// Copies in all of `data`, or fails with WriteZero writing nothing if it does not fit.
+    pub(crate) fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.len() > self.left {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let mut done = 0;
+        for (b, off, k) in self.spans(data.len()) {
+            // VolatileSlice copies mark what they write dirty.
+            b.subslice(off, k)
+                .map_err(io::Error::other)?
+                .copy_from(&data[done..done + k]);
+            done += k;
+        }
+        self.skip(done);
         Ok(())
     }
 
@@ -288,25 +303,6 @@ impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
         let mut v = T::default();
         self.read_exact(v.as_mut_slice())?;
         Ok(v)
-    }
-
-    /// Copies in all of `data`, or fails with WriteZero having written a prefix.
-    pub(crate) fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.len() > self.left {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let mut done = 0;
-        while done < data.len() {
-            let b = &self.bufs[self.at];
-            let n = (b.len() - self.off).min(data.len() - done);
-            // VolatileSlice copies mark what they write dirty.
-            b.subslice(self.off, n)
-                .map_err(io::Error::other)?
-                .copy_from(&data[done..done + n]);
-            done += n;
-            self.skip(n);
-        }
-        Ok(())
     }
 }
 
@@ -433,12 +429,27 @@ mod tests {
             .collect()
     }
 
+    /// `descs` put on a fresh 16-entry mock queue: its first chain and where its table is.
+    fn queued<'m>(
+        m: &'m GuestMemoryMmap<Logged>,
+        descs: &[virtio_queue::desc::RawDescriptor],
+    ) -> (DescriptorChain<&'m GuestMemoryMmap<Logged>>, Ring) {
+        use virtio_queue::mock::MockSplitQueue;
+        use virtio_queue::{Queue, QueueOwnedT};
+        let q = MockSplitQueue::new(m, 16);
+        q.add_desc_chains(descs, 0).unwrap();
+        let chain = q.create_queue::<Queue>().unwrap().iter(m).unwrap().next();
+        let ring = Ring {
+            table: q.desc_table_addr(),
+            size: 16,
+        };
+        (chain.unwrap(), ring)
+    }
+
     #[test]
     fn the_table_walk_finds_what_virtio_queue_finds() {
         use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT};
         use virtio_queue::desc::RawDescriptor;
-        use virtio_queue::mock::MockSplitQueue;
-        use virtio_queue::{Queue, QueueOwnedT};
         const NEXT: u16 = VRING_DESC_F_NEXT as u16;
         const INDIRECT: u16 = VRING_DESC_F_INDIRECT as u16;
         let raw = |addr: u64, len: u32, flags: u16, next: u16| {
@@ -482,37 +493,13 @@ mod tests {
             vec![raw(0x2000, u32::MAX, NEXT, 1), raw(0x3000, 16, WRITE, 0)],
         ];
         for (i, descs) in layouts.iter().enumerate() {
-            let q = MockSplitQueue::new(&m, 16);
-            q.add_desc_chains(descs, 0).unwrap();
-            let chain = q
-                .create_queue::<Queue>()
-                .unwrap()
-                .iter(&m)
-                .unwrap()
-                .next()
-                .unwrap();
-            let ring = Ring {
-                table: q.desc_table_addr(),
-                size: 16,
-            };
+            let (chain, ring) = queued(&m, descs);
             let ours = Parts::of_chain(&m, &chain, ring).map(|p| spans(&p));
             let theirs = Parts::map(&m, chain.clone()).map(|p| spans(&p));
             assert_eq!(ours, theirs, "layout {i}");
         }
         // What the plain and indirect layouts hold, to be sure both walks see something.
-        let q = MockSplitQueue::new(&m, 16);
-        q.add_desc_chains(&layouts[1], 0).unwrap();
-        let chain = q
-            .create_queue::<Queue>()
-            .unwrap()
-            .iter(&m)
-            .unwrap()
-            .next()
-            .unwrap();
-        let ring = Ring {
-            table: q.desc_table_addr(),
-            size: 16,
-        };
+        let (chain, ring) = queued(&m, &layouts[1]);
         let parts = Parts::of_chain(&m, &chain, ring).unwrap();
         assert_eq!(
             (parts.reader().available(), parts.writer().available()),
