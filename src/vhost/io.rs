@@ -90,12 +90,11 @@ where
     r.limit(arg.size as usize);
     let owner = (arg.fuse_flags & WRITE_LOCKOWNER != 0).then_some(arg.lock_owner);
     let delayed = arg.fuse_flags & WRITE_CACHE != 0;
-    let mut data = r;
     match fs.write(
         ctx,
         hdr.nodeid,
         arg.fh,
-        &mut data,
+        &mut r,
         arg.size,
         arg.offset,
         owner,

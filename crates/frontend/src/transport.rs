@@ -115,7 +115,7 @@ impl Device {
             if linux && cap > OUT_HEADER_LEN {
                 pieces = vec![(0, OUT_HEADER_LEN)];
                 let rest = cap - OUT_HEADER_LEN;
-                for at in (0..rest).step_by(page(rest)) {
+                for at in (0..rest).step_by(4096) {
                     pieces.push((OUT_HEADER_LEN + at, 4096.min(rest - at)));
                 }
             }
