@@ -28,6 +28,7 @@ use super::backend::Logged;
 use super::chain::{Bad, Cursor, Mapped, Parts, Ring};
 use super::init::{self, Negotiated};
 use super::io;
+use super::meta::Meta;
 use super::opcode::{self, Own, ServedBy};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::waiters::Waiters;
@@ -361,6 +362,12 @@ where
                 r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
                 self.serve_own(own, hdr, r, writer()?, queue_size)
             }
+            ServedBy::Direct(op) => {
+                if w.available() < info.min_reply {
+                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+                }
+                self.serve_direct(op, hdr, r, w)
+            }
             ServedBy::Library => {
                 let room = w.available();
                 if room < info.min_reply {
@@ -389,26 +396,75 @@ where
     pub(super) fn serve_copy(
         &self,
         hdr: &InHeader,
-        mut r: Cursor<'_, '_, Mapped<'_>>,
+        r: Cursor<'_, '_, Mapped<'_>>,
         mut w: Writer<'_, Slice>,
     ) -> Result<usize, RequestError> {
-        use vm_memory::ByteValued;
+        let (hdr, ext) = match self.copy_request(hdr, r) {
+            Ok(got) => got,
+            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+        };
+        REQUEST.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf[..size_of::<InHeader>()].copy_from_slice(vm_memory::ByteValued::as_slice(&hdr));
+            let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
+                .map_err(RequestError::Chain)?;
+            secctx::scoped(ext, || self.server.handle_message(copy, w, None, None))
+                .map_err(RequestError::Server)
+        })
+    }
+
+    /// Serves a [`Meta`] request from this thread's private copy of its body, the reply
+    /// written straight into `w`.
+    fn serve_direct(
+        &self,
+        op: Meta,
+        hdr: &InHeader,
+        r: Cursor<'_, '_, Mapped<'_>>,
+        mut w: Cursor<'_, '_, Mapped<'_>>,
+    ) -> Result<usize, RequestError> {
+        let (hdr, ext) = match self.copy_request(hdr, r) {
+            Ok(got) => got,
+            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+        };
+        let mut ctx = Context::from(&hdr);
+        if let Err(e) = self.fs.id_remap(&mut ctx) {
+            return reply_io_error(&mut w, hdr.unique, &e);
+        }
+        REQUEST.with(|buf| {
+            let buf = buf.borrow();
+            let body = buf.get(size_of::<InHeader>()..).unwrap_or_default();
+            secctx::scoped(ext, || self.serve_meta(op, &ctx, &hdr, body, &mut w))
+        })
+    }
+
+    /// Copies the request behind `hdr` (`r` is past it) into this thread's [`REQUEST`]
+    /// buffer, behind room for the header, at most [`SERVER_MAX_REQUEST`] bytes in all.
+    /// Extensions are taken off the end and parsed; the header returned describes what is
+    /// left. Errors are the guest's: EINVAL for extensions that do not fit or parse.
+    fn copy_request(
+        &self,
+        hdr: &InHeader,
+        mut r: Cursor<'_, '_, Mapped<'_>>,
+    ) -> std::io::Result<(InHeader, Option<secctx::SecContext>)> {
         let mut hdr = *hdr;
-        let declared = (hdr.len as usize).max(size_of::<InHeader>());
-        let mut body_len = (declared - size_of::<InHeader>()).min(r.available());
+        // A length shorter than the header or longer than the chain's readable bytes is a
+        // malformed request (a Linux guest's is always exact).
+        let Some(mut body_len) = (hdr.len as usize)
+            .checked_sub(size_of::<InHeader>())
+            .filter(|&n| n <= r.available())
+        else {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        };
         let mut ext = None;
         if hdr.padding as u16 != 0 {
             // total_extlen: the low half of what fuse-backend-rs calls padding.
             let ext_len = usize::from(hdr.padding as u16) * 8;
             if ext_len > body_len {
-                return reply_errno(&mut w, hdr.unique, libc::EINVAL);
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
             }
             let mut tail = r.clone();
             tail.skip(body_len.saturating_sub(ext_len));
-            match self.extensions(&hdr, &mut tail) {
-                Ok(e) => ext = e,
-                Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-            }
+            ext = self.extensions(&hdr, &mut tail)?;
             body_len -= ext_len;
             hdr.len = (size_of::<InHeader>() + body_len) as u32;
             hdr.padding &= !0xffff;
@@ -418,14 +474,9 @@ where
             let len = (size_of::<InHeader>() + body_len).min(SERVER_MAX_REQUEST);
             buf.clear();
             buf.resize(len, 0);
-            buf[..size_of::<InHeader>()].copy_from_slice(hdr.as_slice());
-            let body = &mut buf[size_of::<InHeader>()..];
-            std::io::Read::read_exact(&mut r, body).map_err(RequestError::Decode)?;
-            let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
-                .map_err(RequestError::Chain)?;
-            secctx::scoped(ext, || self.server.handle_message(copy, w, None, None))
-                .map_err(RequestError::Server)
-        })
+            std::io::Read::read_exact(&mut r, &mut buf[size_of::<InHeader>()..])
+        })?;
+        Ok((hdr, ext))
     }
 
     pub(super) fn init<S: BitmapSlice>(

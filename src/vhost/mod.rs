@@ -7,6 +7,7 @@ mod dispatch;
 mod frontend;
 mod init;
 mod io;
+mod meta;
 mod opcode;
 mod own;
 mod pool;

@@ -44,6 +44,9 @@ pub(crate) enum Own {
 pub(crate) enum ServedBy {
     /// This project's own handler.
     Daemon(Own),
+    /// Decoded and answered here (`meta.rs`), calling the `FileSystem` implementation as
+    /// the `Server` would.
+    Direct(Meta),
     /// fuse-backend-rs's `Server`, calling the `FileSystem` implementation.
     Library,
     /// Nobody yet: answered ENOSYS (the guest then stops sending it or falls back).
@@ -93,12 +96,13 @@ pub(crate) const SYNCFS: u32 = 50;
 pub(crate) const TMPFILE: u32 = 51;
 pub(crate) const STATX: u32 = 52;
 
+pub(crate) use super::meta::Meta;
 use Cost::{Blocking, Cheap, Costly, FromSize};
 use Own::{
     CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Setxattr, Statx, Syncfs, Tmpfile,
     Write,
 };
-use ServedBy::{Daemon, Library, Unsupported};
+use ServedBy::{Daemon, Direct, Library, Unsupported};
 
 const fn row(replies: bool, min_reply: usize, cost: Cost, served_by: ServedBy) -> OpInfo {
     OpInfo {
@@ -114,21 +118,45 @@ const UNKNOWN: OpInfo = row(true, 0, Cheap, Unsupported);
 
 /// Every opcode the daemon answers other than with ENOSYS.
 const ROWS: &[(u32, OpInfo)] = &[
-    (Opcode::Lookup as u32, row(true, ENTRY, Cheap, Library)),
-    (Opcode::Forget as u32, row(false, 0, Cheap, Library)),
-    (Opcode::Getattr as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Lookup as u32,
+        row(true, ENTRY, Cheap, Direct(Meta::Lookup)),
+    ),
+    (
+        Opcode::Forget as u32,
+        row(false, 0, Cheap, Direct(Meta::Forget)),
+    ),
+    (
+        Opcode::Getattr as u32,
+        row(true, 0, Cheap, Direct(Meta::Getattr)),
+    ),
     // Creates, removals and attribute changes on the queue thread: measured in the guest
     // (scripts/bench-guest.sh), a worker hand-off made creates 9% slower than virtiofsd.
-    (Opcode::Setattr as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Setattr as u32,
+        row(true, 0, Cheap, Direct(Meta::Setattr)),
+    ),
     (Opcode::Readlink as u32, row(true, 0, Cheap, Library)),
     (Opcode::Symlink as u32, row(true, ENTRY, Cheap, Library)),
     (Opcode::Mknod as u32, row(true, ENTRY, Cheap, Library)),
-    (Opcode::Mkdir as u32, row(true, ENTRY, Cheap, Library)),
-    (Opcode::Unlink as u32, row(true, 0, Cheap, Library)),
-    (Opcode::Rmdir as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Mkdir as u32,
+        row(true, ENTRY, Cheap, Direct(Meta::Mkdir)),
+    ),
+    (
+        Opcode::Unlink as u32,
+        row(true, 0, Cheap, Direct(Meta::Unlink)),
+    ),
+    (
+        Opcode::Rmdir as u32,
+        row(true, 0, Cheap, Direct(Meta::Rmdir)),
+    ),
     (Opcode::Rename as u32, row(true, 0, Costly, Library)),
     (Opcode::Link as u32, row(true, ENTRY, Cheap, Library)),
-    (Opcode::Open as u32, row(true, OPEN, Cheap, Library)),
+    (
+        Opcode::Open as u32,
+        row(true, OPEN, Cheap, Direct(Meta::Open)),
+    ),
     (
         Opcode::Read as u32,
         row(true, 0, FromSize(HEAVY_READ), Daemon(Read)),
@@ -138,7 +166,10 @@ const ROWS: &[(u32, OpInfo)] = &[
         row(true, 0, FromSize(HEAVY_WRITE), Daemon(Write)),
     ),
     (Opcode::Statfs as u32, row(true, 0, Cheap, Library)),
-    (Opcode::Release as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Release as u32,
+        row(true, 0, Cheap, Direct(Meta::Release)),
+    ),
     (Opcode::Fsync as u32, row(true, 0, Costly, Library)),
     (
         Opcode::Setxattr as u32,
@@ -147,19 +178,36 @@ const ROWS: &[(u32, OpInfo)] = &[
     (Opcode::Getxattr as u32, row(true, 0, Cheap, Library)),
     (Opcode::Listxattr as u32, row(true, 0, Cheap, Library)),
     (Opcode::Removexattr as u32, row(true, 0, Costly, Library)),
-    (Opcode::Flush as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Flush as u32,
+        row(true, 0, Cheap, Direct(Meta::Flush)),
+    ),
     (Opcode::Init as u32, row(true, 0, Cheap, Daemon(Init))),
     (Opcode::Getlk as u32, row(true, 0, Costly, Daemon(Getlk))),
     (Opcode::Setlk as u32, row(true, 0, Costly, Daemon(Setlk))),
     (Opcode::Setlkw as u32, row(true, 0, Blocking, Daemon(Setlk))),
-    (Opcode::Opendir as u32, row(true, OPEN, Cheap, Library)),
-    (Opcode::Readdir as u32, row(true, 0, Costly, Library)),
-    (Opcode::Releasedir as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Opendir as u32,
+        row(true, OPEN, Cheap, Direct(Meta::Opendir)),
+    ),
+    (
+        Opcode::Readdir as u32,
+        row(true, 0, Costly, Direct(Meta::Readdir)),
+    ),
+    (
+        Opcode::Releasedir as u32,
+        row(true, 0, Cheap, Direct(Meta::Releasedir)),
+    ),
     (Opcode::Fsyncdir as u32, row(true, 0, Costly, Library)),
     (Opcode::Access as u32, row(true, 0, Cheap, Library)),
     (
         Opcode::Create as u32,
-        row(true, ENTRY + size_of::<OpenOut>(), Cheap, Library),
+        row(
+            true,
+            ENTRY + size_of::<OpenOut>(),
+            Cheap,
+            Direct(Meta::Create),
+        ),
     ),
     // Marks the waiter and wakes the lock waits: no system call but a futex wake.
     (
@@ -167,9 +215,15 @@ const ROWS: &[(u32, OpInfo)] = &[
         row(false, 0, Cheap, Daemon(Interrupt)),
     ),
     (Opcode::Destroy as u32, row(true, 0, Cheap, Library)),
-    (Opcode::BatchForget as u32, row(false, 0, Cheap, Library)),
+    (
+        Opcode::BatchForget as u32,
+        row(false, 0, Cheap, Direct(Meta::BatchForget)),
+    ),
     (Opcode::Fallocate as u32, row(true, 0, Costly, Library)),
-    (Opcode::Readdirplus as u32, row(true, 0, Costly, Library)),
+    (
+        Opcode::Readdirplus as u32,
+        row(true, 0, Costly, Direct(Meta::Readdirplus)),
+    ),
     (Opcode::Rename2 as u32, row(true, 0, Costly, Library)),
     (Opcode::Lseek as u32, row(true, 0, Cheap, Library)),
     // The kernel's answer to a retrieve notification, which this daemon never sends.

@@ -47,20 +47,26 @@ impl RequestError {
     }
 }
 
-/// Writes a successful reply: header plus `body`. Returns the used length.
+/// Writes a successful reply: header plus `body`. Returns the used length. A reply that
+/// does not fit the guest's buffers is an error (the guest then gets an errno, or nothing
+/// where not even that fits), never a truncated success.
 pub fn reply_ok<W: Write + ?Sized>(
     w: &mut W,
     unique: u64,
     body: &[u8],
 ) -> Result<usize, RequestError> {
+    let len = size_of::<OutHeader>() + body.len();
     let out = OutHeader {
-        len: (size_of::<OutHeader>() + body.len()) as u32,
+        len: len as u32,
         error: 0,
         unique,
     };
     let n = w
         .write_vectored(&[IoSlice::new(out.as_slice()), IoSlice::new(body)])
         .map_err(RequestError::Encode)?;
+    if n < len {
+        return Err(RequestError::Encode(io::ErrorKind::WriteZero.into()));
+    }
     Ok(n)
 }
 
