@@ -20,7 +20,10 @@ use crate::sys::beneath;
 use crate::union::policy::Space;
 use crate::union::Probe;
 
-/// An entry found on one branch.
+/// The copies a policy chose (rarely more than two: kept inline).
+pub(crate) type Founds = smallvec::SmallVec<[Found; 2]>;
+
+/// What a lookup found on one branch.
 pub(crate) struct Found {
     /// The branch index.
     pub branch: usize,
@@ -37,7 +40,7 @@ pub(crate) struct OpeningProbe<'a> {
     /// The request's view: the policies' branch positions are its branch order.
     view: Arc<super::view::View>,
     rel: &'a CStr,
-    cache: RefCell<Vec<Option<Option<Found>>>>,
+    cache: RefCell<smallvec::SmallVec<[Option<Option<Found>>; 4]>>,
     /// The first failure that was not "no such entry" (EMFILE, ENOMEM, EIO…): a probe that
     /// hit it must not report the entry missing.
     error: RefCell<Option<io::Error>>,
@@ -251,7 +254,7 @@ impl UnionFs {
     }
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
-    fn select(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
+    fn select(&self, func: Func, rel: &CStr) -> io::Result<Founds> {
         let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
@@ -375,13 +378,30 @@ impl UnionFs {
 
     /// The entry at `rel` as `func`'s (search) policy finds it.
     pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
-        let mut v = self.select(func, rel)?;
-        Ok(v.swap_remove(0))
+        let view = self.view();
+        if !view.opts.policies.get(func).first_existing(func.category()) {
+            drop(view);
+            let mut v = self.select(func, rel)?;
+            return Ok(v.swap_remove(0));
+        }
+        // The default (`ff`): the first branch that has it, as the policy would choose, with
+        // no probe set up; a real failure on a branch before it is reported over ENOENT.
+        let mut failure = None;
+        for pos in 0..view.branches.len() {
+            match self.lookup_on(view.branches.id_at(pos), rel) {
+                Ok(Some(f)) => return Ok(f),
+                Ok(None) => {}
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        Err(failure.unwrap_or_else(|| errno(libc::ENOENT)))
     }
 
     /// Every copy of `rel` that `func`'s (action) policy chooses to change (EROFS if only RO
     /// copies exist).
-    pub(crate) fn action(&self, func: Func, rel: &CStr) -> io::Result<Vec<Found>> {
+    pub(crate) fn action(&self, func: Func, rel: &CStr) -> io::Result<Founds> {
         match self.select(func, rel) {
             // Copy-on-write: only RO copies, so the visible one is copied up and changed there.
             Err(e) if self.view().opts.cow && e.raw_os_error() == Some(libc::EROFS) => {
@@ -396,7 +416,7 @@ impl UnionFs {
     /// The branches on which `func` (a create) makes a new entry in directory `parent_rel`,
     /// each with the `O_PATH` descriptor of that parent there. A policy that is not
     /// path-preserving may choose a branch lacking the parent: its path is cloned there first.
-    pub(crate) fn create_targets(&self, func: Func, parent_rel: &CStr) -> io::Result<Vec<Found>> {
+    pub(crate) fn create_targets(&self, func: Func, parent_rel: &CStr) -> io::Result<Founds> {
         let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, parent_rel);
         let chosen = policy
@@ -407,7 +427,7 @@ impl UnionFs {
                 &probe,
             )
             .map_err(|e| probe.failure(errno(e)))?;
-        let mut out = Vec::with_capacity(chosen.len());
+        let mut out = Founds::with_capacity(chosen.len());
         for b in chosen {
             let f = match probe.take(b) {
                 Ok(f) => f,

@@ -92,7 +92,10 @@ pub fn setattr(
         let mut fold = ErrnoFold::new();
         let (copies, rel) = match &rel {
             Ok(rel) => (fs.action(func, rel)?, rel.as_c_str()),
-            Err(_) => (vec![fs.search_node(Func::Getattr, inode)?], c""),
+            Err(_) => (
+                smallvec::smallvec![fs.search_node(Func::Getattr, inode)?],
+                c"",
+            ),
         };
         for f in copies {
             let _killpriv =

@@ -101,7 +101,7 @@ fn prepare(
     func: Func,
     parent: u64,
     name: &CStr,
-) -> io::Result<(CString, Vec<Found>)> {
+) -> io::Result<(CString, crate::fs::resolve::Founds)> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     if fs.exists_anywhere(&rel) {

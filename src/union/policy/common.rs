@@ -1,7 +1,7 @@
 //! The filter-then-pick core every policy shares: which branches qualify for a category (mode,
 //! existing path, minfreespace) and the errno when none does, then how one is picked.
 
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 use crate::union::errno::ErrnoFold;
 
 /// Whether a policy needs the path to exist on a branch.
@@ -37,10 +37,30 @@ pub(super) fn filter(
     probe: &dyn Probe,
     path: Path,
     space: bool,
-) -> (Vec<Cand>, ErrnoFold) {
+) -> (Cands, ErrnoFold) {
+    filter_upto(cat, branches, rel, probe, path, space, usize::MAX)
+}
+
+/// The candidates, kept inline for the usual few branches.
+pub(super) type Cands = smallvec::SmallVec<[Cand; 4]>;
+
+/// [`filter`], stopping once `max` branches qualify (the errno fold only matters when none
+/// does): a first-found policy probes branches only up to the one it picks.
+fn filter_upto(
+    cat: Category,
+    branches: &[BranchInfo],
+    rel: &[u8],
+    probe: &dyn Probe,
+    path: Path,
+    space: bool,
+    max: usize,
+) -> (Cands, ErrnoFold) {
     let mut fold = ErrnoFold::new();
-    let mut out = Vec::new();
+    let mut out = Cands::new();
     for (idx, b) in branches.iter().enumerate() {
+        if out.len() >= max {
+            break;
+        }
         // Existence first: a path missing everywhere is ENOENT even when RO branches exist
         // (mergerfs checks the mode first, but the guest kernel's lookup hides that case).
         if path == Path::Existing && !probe.exists(idx, rel) {
@@ -98,15 +118,15 @@ pub(super) enum Pick {
 /// Applies `pick` to the candidates; the folded errno when there are none. Ties go to the
 /// earlier branch.
 pub(super) fn pick(
-    cands: Vec<Cand>,
+    cands: Cands,
     fold: ErrnoFold,
     how: Pick,
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     if cands.is_empty() {
         return Err(fold.errno());
     }
-    let one = |c: &Cand| Ok(vec![c.idx]);
+    let one = |c: &Cand| Ok(smallvec::smallvec![c.idx]);
     match how {
         Pick::All => Ok(cands.iter().map(|c| c.idx).collect()),
         Pick::First => one(&cands[0]),
@@ -153,9 +173,14 @@ pub(super) fn select(
     probe: &dyn Probe,
     path: Path,
     how: Pick,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     let space = !matches!(how, Pick::All | Pick::First | Pick::Random);
-    let (cands, fold) = filter(cat, branches, rel, probe, path, space);
+    let max = if matches!(how, Pick::First) {
+        1
+    } else {
+        usize::MAX
+    };
+    let (cands, fold) = filter_upto(cat, branches, rel, probe, path, space, max);
     pick(cands, fold, how, probe)
 }
 
@@ -166,7 +191,7 @@ pub(super) fn most_shared_path(
     rel: &[u8],
     probe: &dyn Probe,
     how: Pick,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     let mut path = rel;
     loop {
         match select(Category::Create, branches, path, probe, Path::Existing, how) {

@@ -1,7 +1,7 @@
 //! `eplfs`: existing path, least free space: of the qualifying branches holding the path, the one with the least available space.
 
 use super::common::{self, Path, Pick};
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -9,6 +9,6 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     common::select(cat, branches, rel, probe, Path::Existing, Pick::LeastFree)
 }

@@ -1,7 +1,7 @@
 //! `eplup`: existing path, least used percentage (the search and action side of `lup`).
 
 use super::common::{self, Path, Pick};
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -9,7 +9,7 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     common::select(
         cat,
         branches,

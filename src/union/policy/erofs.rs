@@ -1,6 +1,6 @@
 //! `erofs`: exclusively read-only: every operation of the category fails with EROFS.
 
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -8,7 +8,7 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     let _ = (cat, branches, rel, probe);
     Err(libc::EROFS)
 }

@@ -31,6 +31,9 @@ use std::str::FromStr;
 
 use super::BranchMode;
 
+/// The branches a policy chose, in branch order (rarely more than a few: kept inline).
+pub type Chosen = smallvec::SmallVec<[usize; 4]>;
+
 /// Which kind of operation a policy is choosing branches for; it decides which modes qualify.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Category {
@@ -131,7 +134,7 @@ macro_rules! policies {
                 branches: &[BranchInfo],
                 rel: &[u8],
                 probe: &dyn Probe,
-            ) -> Result<Vec<usize>, i32> {
+            ) -> Result<Chosen, i32> {
                 match self {
                     $(Policy::$variant => $module::select(cat, branches, rel, probe),)*
                 }
@@ -162,6 +165,19 @@ policies! {
     Newest => "newest", newest, false;
     Pfrd => "pfrd", pfrd, false;
     Rand => "rand", rand, false;
+}
+
+impl Policy {
+    /// Whether, for `cat`, this policy's first choice is simply the first branch in order on
+    /// which the path exists (`ff`, `epff`, `all` and `epall` searching: every mode qualifies
+    /// and no space is read), so that a caller needing only that one may stop probing there.
+    pub fn first_existing(self, cat: Category) -> bool {
+        cat == Category::Search
+            && matches!(
+                self,
+                Policy::Ff | Policy::Epff | Policy::All | Policy::Epall
+            )
+    }
 }
 
 impl fmt::Display for Policy {

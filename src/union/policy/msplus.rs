@@ -1,7 +1,7 @@
 //! `msplus`: most shared path, least used space: as `msplfs` with least used space.
 
 use super::common::{self, Pick};
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -9,7 +9,7 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     match cat {
         Category::Create => common::most_shared_path(branches, rel, probe, Pick::LeastUsed),
         _ => super::eplus::select(cat, branches, rel, probe),

@@ -3,7 +3,7 @@
 //! seconds, and of branches that tie the last wins (mergerfs skips only a strictly older one).
 
 use super::common::{self, Path};
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -11,7 +11,7 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     let (cands, fold) = common::filter(cat, branches, rel, probe, Path::Existing, false);
     let mut best: Option<(i64, usize)> = None;
     for c in &cands {
@@ -20,5 +20,6 @@ pub fn select(
             best = Some((t, c.idx));
         }
     }
-    best.map(|(_, i)| vec![i]).ok_or(fold.errno())
+    best.map(|(_, i)| smallvec::smallvec![i])
+        .ok_or(fold.errno())
 }

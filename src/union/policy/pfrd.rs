@@ -1,7 +1,7 @@
 //! `pfrd`: percentage free random distribution: for create, a random qualifying branch weighted by available space (mergerfs's default create policy); otherwise as `eppfrd`.
 
 use super::common::{self, Path, Pick};
-use super::{BranchInfo, Category, Probe};
+use super::{BranchInfo, Category, Chosen, Probe};
 
 /// See the module docs.
 pub fn select(
@@ -9,7 +9,7 @@ pub fn select(
     branches: &[BranchInfo],
     rel: &[u8],
     probe: &dyn Probe,
-) -> Result<Vec<usize>, i32> {
+) -> Result<Chosen, i32> {
     match cat {
         Category::Create => common::select(
             cat,

@@ -70,6 +70,7 @@ fn sel(p: &str, cat: Category, b: &[BranchInfo], rel: &str, f: &Fake) -> Result<
     p.parse::<Policy>()
         .unwrap()
         .select(cat, b, rel.as_bytes(), f)
+        .map(|v| v.to_vec())
 }
 
 #[test]
@@ -217,4 +218,45 @@ fn non_create_categories_use_the_existing_path_twin() {
     }
     assert_eq!(sel("all", Action, &b, "d", &f), Ok(vec![1, 2]));
     assert_eq!(sel("erofs", Search, &b, "d", &f), Err(libc::EROFS));
+}
+
+/// `first_existing` promises a caller may stop at the first branch holding the path: for
+/// every policy, category and existence pattern over three branches of mixed modes, the
+/// policy's own first choice is exactly that branch (or it fails when there is none).
+#[test]
+fn first_existing_policies_choose_the_first_branch_holding_the_path() {
+    let modes = br(&[RO, NC, RW]);
+    let mut claimed = 0;
+    for policy in Policy::ALL {
+        for cat in [Category::Create, Category::Search, Category::Action] {
+            if !policy.first_existing(cat) {
+                continue;
+            }
+            claimed += 1;
+            for mask in 0u8..8 {
+                let fake = Fake {
+                    paths: (0..3)
+                        .map(|b| {
+                            if mask & (1 << b) != 0 {
+                                vec!["p"]
+                            } else {
+                                vec![]
+                            }
+                        })
+                        .collect(),
+                    space: vec![(G, G); 3],
+                    mtimes: vec![],
+                    rand: Cell::new(0),
+                };
+                let first = (0..3).find(|b| mask & (1 << b) != 0);
+                let got = policy.select(cat, &modes, b"p", &fake);
+                match first {
+                    Some(b) => assert_eq!(got.map(|v| v[0]), Ok(b), "{policy} {cat:?} {mask}"),
+                    None => assert_eq!(got, Err(libc::ENOENT), "{policy} {cat:?} {mask}"),
+                }
+            }
+        }
+    }
+    // ff, epff, all and epall when searching.
+    assert_eq!(claimed, 4);
 }
