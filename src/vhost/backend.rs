@@ -282,22 +282,30 @@ where
             let mut ahead = None;
             while let Some((chain, ring)) = ahead.take().or_else(pop) {
                 let head = chain.head_index();
-                let mut place = super::dispatch::placement(&chain);
-                if place == Place::Worker && self.pool.is_some() {
+                let stays = |place: Place| match place {
+                    Place::Here => true,
                     // A costly request with nothing queued behind it is served here: handing
                     // it to a worker would only add a thread wake-up to its latency (a guest
                     // at depth 1 waits for each). With more queued, the worker takes it and
                     // this thread goes on.
-                    ahead = pop();
-                    if ahead.is_none() {
-                        place = Place::Here;
+                    Place::Worker => {
+                        self.pool.is_none() || {
+                            ahead = pop();
+                            ahead.is_none()
+                        }
                     }
-                }
-                if place == Place::Here || (place == Place::Worker && self.pool.is_none()) {
-                    let len = self.dispatcher.handle(chain, ring, ring.size);
-                    complete(vring, head, len, event_idx);
-                    continue;
-                }
+                    Place::OwnThread => false,
+                };
+                let (chain, place) = match self
+                    .dispatcher
+                    .serve_or_defer(chain, ring, ring.size, stays)
+                {
+                    Ok(len) => {
+                        complete(vring, head, len, event_idx);
+                        continue;
+                    }
+                    Err(deferred) => deferred,
+                };
                 let dispatcher = self.dispatcher.clone();
                 let worker_vring = vring.clone();
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {

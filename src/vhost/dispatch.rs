@@ -19,7 +19,7 @@ use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writ
 use log::{debug, error, info, warn};
 use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::BitmapSlice;
-use vm_memory::{GuestMemory, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 /// A request's view of guest memory (writes into it are logged while migrating).
 type Slice = Logged;
@@ -63,46 +63,18 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     raw_init_flags: u64,
 }
 
-/// Where the request in `chain` runs (the opcode table's cost; for READ and WRITE, their
-/// size). Reads only the first descriptor, and only to schedule: the request itself is
-/// decoded once, later, by [`Dispatcher::handle`]. Anything unusual runs here.
-pub(crate) fn placement<M>(chain: &DescriptorChain<M>) -> Place
-where
-    M: Deref + Clone,
-    M::Target: GuestMemory + Sized,
-{
-    use vm_memory::{Address, Bytes};
-    let Some(first) = chain.clone().next() else {
-        return Place::Here;
-    };
-    if first.is_write_only() || (first.len() as usize) < size_of::<InHeader>() {
-        return Place::Here;
-    }
-    let mem = chain.memory();
-    let Ok(hdr) = mem.read_obj::<InHeader>(first.addr()) else {
-        return Place::Here;
-    };
+/// Where a request runs: the opcode table's cost; for READ and WRITE, their size (the
+/// third field of ReadIn and WriteIn, read from `r`, the cursor past the header).
+fn place_of(hdr: &InHeader, r: &Cursor<'_, '_, Mapped<'_>>) -> Place {
     let info = opcode::info(hdr.opcode);
     if info.cost == opcode::Cost::Blocking {
         return Place::OwnThread;
     }
-    // ReadIn and WriteIn both start with fh (u64), offset (u64), size (u32): right behind
-    // the header, or (as a Linux guest lays a chain out) at the start of the next descriptor.
     let size = matches!(info.cost, opcode::Cost::FromSize(_))
         .then(|| {
-            let (at, len) = if first.len() as usize == size_of::<InHeader>() {
-                let second = chain.clone().nth(1)?;
-                (second.addr().checked_add(16)?, second.len() as usize)
-            } else {
-                let at = first
-                    .addr()
-                    .checked_add(size_of::<InHeader>() as u64 + 16)?;
-                (
-                    at,
-                    (first.len() as usize).checked_sub(size_of::<InHeader>())?,
-                )
-            };
-            (len >= 20).then(|| mem.read_obj::<u32>(at).ok()).flatten()
+            let mut args = r.clone();
+            args.skip(16);
+            args.read_obj::<u32>().ok()
         })
         .flatten();
     if info.heavy(size) {
@@ -240,6 +212,25 @@ where
     where
         M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
+        // Asked to serve wherever it belongs, it never gives the chain back.
+        self.serve_or_defer(chain, ring, queue_size, |_| true)
+            .unwrap_or(0)
+    }
+
+    /// [`Dispatcher::handle`], unless `here`, told where the request belongs once its header
+    /// is read, answers false: then the chain comes back unserved with that place, for the
+    /// caller to hand to another thread (which walks it again: only costly requests go).
+    /// A malformed chain is dropped here (`Ok(0)`) without asking.
+    pub(crate) fn serve_or_defer<M>(
+        &self,
+        chain: DescriptorChain<M>,
+        ring: Ring,
+        queue_size: u16,
+        here: impl FnOnce(Place) -> bool,
+    ) -> Result<u32, (DescriptorChain<M>, Place)>
+    where
+        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
+    {
         let head = chain.head_index();
         let mem = chain.memory();
         // The one walk over the chain: every buffer mapped, the order checked.
@@ -251,19 +242,24 @@ where
                 warn!(
                     "descriptor chain {head}: writable descriptor before a readable one, dropped"
                 );
-                return 0;
+                return Ok(0);
             }
             Err(Bad::Address) => {
                 warn!("descriptor chain {head}: a buffer outside guest memory, dropped");
-                return 0;
+                return Ok(0);
             }
         };
         let mut r = parts.reader();
         // The one read of the header from guest memory.
         let Ok(hdr) = r.read_obj::<InHeader>() else {
             warn!("descriptor chain {head}: no readable FUSE header, dropped");
-            return 0;
+            return Ok(0);
         };
+        let place = place_of(&hdr, &r);
+        if !here(place) {
+            drop(parts);
+            return Err((chain, place));
+        }
         let info = opcode::info(hdr.opcode);
         debug!(
             "unique={} opcode={} nodeid={} len={} uid={} pid={}",
@@ -300,7 +296,7 @@ where
                 reply_errno(&mut parts.writer(), hdr.unique, errno).unwrap_or(0)
             }
         };
-        u32::try_from(used).unwrap_or(0)
+        Ok(u32::try_from(used).unwrap_or(0))
     }
 
     /// Serves READ or WRITE straight from the chain's buffers (`r` is past the header).
