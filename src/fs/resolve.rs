@@ -255,6 +255,42 @@ impl UnionFs {
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
     fn select(&self, func: Func, rel: &CStr) -> io::Result<Founds> {
+        let view = self.view();
+        let policy = view.opts.policies.get(func);
+        let cat = func.category();
+        let first = policy.first_existing(cat);
+        if first || policy.every_existing(cat) {
+            // The defaults (ff to search, epall to act): the branches holding `rel` that
+            // `cat` may use, in order, as the policy would choose them, with no probe set up.
+            let mut out = Founds::new();
+            let mut fold = crate::union::ErrnoFold::new();
+            let mut failure = None;
+            for (pos, info) in view.branches.infos().iter().enumerate() {
+                match self.lookup_on(view.branches.id_at(pos), rel) {
+                    Ok(Some(f)) if cat.allows(info.mode) => {
+                        out.push(f);
+                        if first {
+                            break;
+                        }
+                    }
+                    Ok(Some(_)) => fold.err(libc::EROFS),
+                    Ok(None) => fold.err(libc::ENOENT),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                        fold.err(libc::ENOENT);
+                    }
+                }
+            }
+            if out.is_empty() {
+                // As the probe reports it: a real failure rather than "not there".
+                return Err(match (fold.errno(), failure) {
+                    (libc::ENOENT, Some(e)) => e,
+                    (e, _) => errno(e),
+                });
+            }
+            return Ok(out);
+        }
+        drop(view);
         let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
@@ -378,25 +414,8 @@ impl UnionFs {
 
     /// The entry at `rel` as `func`'s (search) policy finds it.
     pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
-        let view = self.view();
-        if !view.opts.policies.get(func).first_existing(func.category()) {
-            drop(view);
-            let mut v = self.select(func, rel)?;
-            return Ok(v.swap_remove(0));
-        }
-        // The default (`ff`): the first branch that has it, as the policy would choose, with
-        // no probe set up; a real failure on a branch before it is reported over ENOENT.
-        let mut failure = None;
-        for pos in 0..view.branches.len() {
-            match self.lookup_on(view.branches.id_at(pos), rel) {
-                Ok(Some(f)) => return Ok(f),
-                Ok(None) => {}
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
-        Err(failure.unwrap_or_else(|| errno(libc::ENOENT)))
+        let mut v = self.select(func, rel)?;
+        Ok(v.swap_remove(0))
     }
 
     /// Every copy of `rel` that `func`'s (action) policy chooses to change (EROFS if only RO

@@ -68,9 +68,114 @@ pub fn fd_dir_is_root() {
 
 /// The `/proc/self/fd/N` name of `fd`, through which path-only syscalls (chmod, xattrs,
 /// utimensat) reach exactly the inode `fd` refers to.
-pub fn proc_path(fd: BorrowedFd<'_>) -> String {
+pub fn proc_path(fd: BorrowedFd<'_>) -> ProcPath {
     let dir = FD_DIR.get().copied().unwrap_or("/proc/self/fd/");
-    format!("{dir}{}", fd.as_raw_fd())
+    let mut p = ProcPath {
+        buf: [0; PROC_PATH_ROOM],
+        len: 0,
+    };
+    p.push(dir.as_bytes());
+    // The decimal digits of a descriptor number (never negative for a BorrowedFd).
+    let mut n = fd.as_raw_fd().unsigned_abs();
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    p.push(&digits[i..]);
+    p
+}
+
+/// Room for `/proc/self/fd/` and ten digits, NUL-terminated.
+const PROC_PATH_ROOM: usize = 32;
+
+/// A descriptor's magic-link name ([`proc_path`]), built on the stack: no allocation on the
+/// paths (chmod, utimens, xattrs, re-opens) that use one per request.
+pub struct ProcPath {
+    buf: [u8; PROC_PATH_ROOM],
+    /// Bytes before the NUL.
+    len: usize,
+}
+
+impl ProcPath {
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// The name as a C string.
+    pub fn as_c_str(&self) -> &CStr {
+        CStr::from_bytes_with_nul(&self.buf[..=self.len]).expect("one NUL, at the end")
+    }
+}
+
+impl std::fmt::Display for ProcPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.buf[..self.len]))
+    }
+}
+
+impl rustix::path::Arg for ProcPath {
+    fn as_str(&self) -> rustix::io::Result<&str> {
+        std::str::from_utf8(&self.buf[..self.len]).map_err(|_| rustix::io::Errno::INVAL)
+    }
+
+    fn to_string_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.buf[..self.len])
+    }
+
+    fn as_cow_c_str(&self) -> rustix::io::Result<std::borrow::Cow<'_, CStr>> {
+        Ok(std::borrow::Cow::Borrowed(self.as_c_str()))
+    }
+
+    fn into_c_str<'b>(self) -> rustix::io::Result<std::borrow::Cow<'b, CStr>>
+    where
+        Self: 'b,
+    {
+        Ok(std::borrow::Cow::Owned(self.as_c_str().to_owned()))
+    }
+
+    fn into_with_c_str<T, F>(self, f: F) -> rustix::io::Result<T>
+    where
+        Self: Sized,
+        F: FnOnce(&CStr) -> rustix::io::Result<T>,
+    {
+        f(self.as_c_str())
+    }
+}
+
+impl rustix::path::Arg for &ProcPath {
+    fn as_str(&self) -> rustix::io::Result<&str> {
+        std::str::from_utf8(&self.buf[..self.len]).map_err(|_| rustix::io::Errno::INVAL)
+    }
+
+    fn to_string_lossy(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.buf[..self.len])
+    }
+
+    fn as_cow_c_str(&self) -> rustix::io::Result<std::borrow::Cow<'_, CStr>> {
+        Ok(std::borrow::Cow::Borrowed(self.as_c_str()))
+    }
+
+    fn into_c_str<'b>(self) -> rustix::io::Result<std::borrow::Cow<'b, CStr>>
+    where
+        Self: 'b,
+    {
+        Ok(std::borrow::Cow::Borrowed(self.as_c_str()))
+    }
+
+    fn into_with_c_str<T, F>(self, f: F) -> rustix::io::Result<T>
+    where
+        Self: Sized,
+        F: FnOnce(&CStr) -> rustix::io::Result<T>,
+    {
+        f(self.as_c_str())
+    }
 }
 
 /// Re-opens an `O_PATH` descriptor with real access `flags`. The caller must have checked the
@@ -205,5 +310,30 @@ mod tests {
             .map(|e| e.name)
             .collect();
         assert_eq!(names.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod proc_path_tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// The stack-built name is the formatted one, and reaches the descriptor's file.
+    #[test]
+    fn proc_path_names_the_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("f")).unwrap();
+        // Enough descriptors to get past one digit.
+        let many: Vec<_> = (0..12).map(|_| file.try_clone().unwrap()).collect();
+        for f in many.iter().chain([&file]) {
+            let p = proc_path(f.as_fd());
+            assert_eq!(
+                p.to_string(),
+                format!("/proc/self/fd/{}", f.as_fd().as_raw_fd())
+            );
+            let via = rustix::fs::stat(&p).unwrap();
+            let direct = rustix::fs::fstat(f).unwrap();
+            assert_eq!((via.st_dev, via.st_ino), (direct.st_dev, direct.st_ino));
+        }
     }
 }

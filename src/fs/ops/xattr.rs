@@ -39,7 +39,7 @@ fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
     }
 }
 
-fn target(f: &Found) -> io::Result<String> {
+fn target(f: &Found) -> io::Result<beneath::ProcPath> {
     Ok(beneath::proc_path(f.fd.as_fd()))
 }
 
@@ -157,7 +157,7 @@ fn each_copy(
     inode: u64,
     name: &CStr,
     groups: Groups,
-    op: impl Fn(&Found, &str, &CStr) -> io::Result<()>,
+    op: impl Fn(&Found, &beneath::ProcPath, &CStr) -> io::Result<()>,
 ) -> io::Result<()> {
     mode_answer(fs, libc::ENOTSUP)?;
     let name = host_name(fs, name, libc::EPERM)?;

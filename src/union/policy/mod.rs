@@ -178,6 +178,13 @@ impl Policy {
                 Policy::Ff | Policy::Epff | Policy::All | Policy::Epall
             )
     }
+
+    /// Whether, for `cat`, this policy chooses every branch on which the path exists and
+    /// whose mode `cat` allows, in branch order (`all` and `epall` outside create: mergerfs's
+    /// default action policy), reading no space.
+    pub fn every_existing(self, cat: Category) -> bool {
+        cat != Category::Create && matches!(self, Policy::All | Policy::Epall)
+    }
 }
 
 impl fmt::Display for Policy {

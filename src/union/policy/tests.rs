@@ -260,3 +260,48 @@ fn first_existing_policies_choose_the_first_branch_holding_the_path() {
     // ff, epff, all and epall when searching.
     assert_eq!(claimed, 4);
 }
+
+/// `every_existing` promises the policy chooses exactly the branches holding the path whose
+/// mode the category allows, in order; when there are none, the errno is the policy's.
+#[test]
+fn every_existing_policies_choose_each_usable_branch_holding_the_path() {
+    let modes = br(&[RO, NC, RW, RW]);
+    let mut claimed = 0;
+    for policy in Policy::ALL {
+        for cat in [Category::Create, Category::Search, Category::Action] {
+            if !policy.every_existing(cat) {
+                continue;
+            }
+            claimed += 1;
+            for mask in 0u8..16 {
+                let fake = Fake {
+                    paths: (0..4)
+                        .map(|b| {
+                            if mask & (1 << b) != 0 {
+                                vec!["p"]
+                            } else {
+                                vec![]
+                            }
+                        })
+                        .collect(),
+                    space: vec![(G, G); 4],
+                    mtimes: vec![],
+                    rand: Cell::new(0),
+                };
+                let want: Vec<usize> = (0..4)
+                    .filter(|&b| mask & (1 << b) != 0 && cat.allows(modes[b].mode))
+                    .collect();
+                let got = policy.select(cat, &modes, b"p", &fake).map(|v| v.to_vec());
+                if want.is_empty() {
+                    let held_ro = mask & 1 != 0 && cat == Category::Action;
+                    let errno = if held_ro { libc::EROFS } else { libc::ENOENT };
+                    assert_eq!(got, Err(errno), "{policy} {cat:?} {mask}");
+                } else {
+                    assert_eq!(got, Ok(want), "{policy} {cat:?} {mask}");
+                }
+            }
+        }
+    }
+    // all and epall, searching and acting.
+    assert_eq!(claimed, 4);
+}
