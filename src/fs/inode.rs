@@ -67,6 +67,17 @@ pub enum Bound {
     },
 }
 
+/// Whether a lookup that finds its node closed (its descriptor closed by the table's limit)
+/// gives it the descriptor the lookup opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rebind {
+    /// Yes: the guest looked the name up to use it (LOOKUP, a create).
+    Yes,
+    /// No: a listing (READDIRPLUS) names many entries the guest may never touch; reopening
+    /// each would push the nodes in use out of the table's descriptor budget.
+    No,
+}
+
 /// A node's object: its branch, its descriptor while open, its handle.
 struct Hold {
     branch: usize,
@@ -75,6 +86,20 @@ struct Hold {
 }
 
 type Entry = (u64, CString);
+
+/// The name table: entry to node, looked up by a borrowed name ([`NameRef`]) with no copy.
+type Names = hashbrown::HashMap<Entry, u64, foldhash::fast::RandomState>;
+
+/// A borrowed [`Entry`], hashing and comparing as the owned one does (a `CString` hashes its
+/// bytes with the NUL, as a `CStr` does).
+#[derive(Hash)]
+struct NameRef<'a>(u64, &'a CStr);
+
+impl hashbrown::Equivalent<Entry> for NameRef<'_> {
+    fn equivalent(&self, key: &Entry) -> bool {
+        self.0 == key.0 && self.1 == key.1.as_c_str()
+    }
+}
 
 struct Node {
     /// The names the guest reached this node by; the first is the path union operations use.
@@ -97,7 +122,7 @@ struct Node {
 
 struct Inner {
     nodes: HashMap<u64, Node>,
-    names: HashMap<Entry, u64>,
+    names: Names,
     by_key: HashMap<Key, u64>,
     next_id: u64,
     /// The nodes that hold an open descriptor.
@@ -321,7 +346,7 @@ impl InodeTable {
         InodeTable {
             inner: RwLock::new(Inner {
                 nodes,
-                names: HashMap::new(),
+                names: Names::default(),
                 by_key: HashMap::new(),
                 next_id: ROOT_ID + 1,
                 open: HashSet::new(),
@@ -380,7 +405,7 @@ impl InodeTable {
     /// The node named `parent/name`, with the object it is bound to.
     pub fn child(&self, parent: u64, name: &CStr) -> Option<(u64, Key)> {
         let inner = self.inner.reading();
-        let id = *inner.names.get(&(parent, name.to_owned()))?;
+        let id = *inner.names.get(&NameRef(parent, name))?;
         Some((id, inner.nodes.get(&id)?.key?))
     }
 
@@ -405,6 +430,7 @@ impl InodeTable {
         parent: u64,
         name: &CStr,
         found: Bind,
+        rebind: Rebind,
         max_nodes: usize,
     ) -> io::Result<u64> {
         let mut closed = Vec::new();
@@ -412,7 +438,7 @@ impl InodeTable {
         if self.panic_on.as_deref() == Some(name) {
             panic!("--test-panic-on-lookup: a lookup of {name:?} panics holding the node table");
         }
-        let r = inner.lookup(parent, name, found, max_nodes);
+        let r = inner.lookup(parent, name, found, rebind, max_nodes);
         if let Ok(id) = r {
             inner.touch(id, self.tick());
         }
@@ -478,7 +504,7 @@ impl InodeTable {
     /// ancestor (checked before the host rename, whose own check cannot see union paths).
     pub fn check_move(&self, oldp: u64, oldn: &CStr, newp: u64) -> io::Result<()> {
         let inner = self.inner.reading();
-        match inner.names.get(&(oldp, oldn.to_owned())) {
+        match inner.names.get(&NameRef(oldp, oldn)) {
             Some(&id) if inner.is_ancestor_or_self(id, newp) => Err(err(libc::EINVAL)),
             _ => Ok(()),
         }
@@ -701,8 +727,14 @@ mod tests {
             range
                 .map(|i| {
                     let name = CString::new(format!("f{i}")).unwrap();
-                    t.lookup(ROOT_ID, &name, bind(100 + i, false), usize::MAX)
-                        .unwrap()
+                    t.lookup(
+                        ROOT_ID,
+                        &name,
+                        bind(100 + i, false),
+                        Rebind::Yes,
+                        usize::MAX,
+                    )
+                    .unwrap()
                 })
                 .collect()
         };
@@ -728,10 +760,17 @@ mod tests {
             !is_open(&t, ids[3]),
             "another object's descriptor is not taken"
         );
-        // A lookup of a closed node gives it the descriptor the lookup opened.
-        t.lookup(ROOT_ID, c"f4", bind(104, false), usize::MAX)
+        // A listing's lookup leaves a closed node closed (and takes a reference all the same);
+        // a lookup proper gives it the descriptor it opened.
+        let open = t.open_fds();
+        let listed = t.lookup(ROOT_ID, c"f4", bind(104, false), Rebind::No, usize::MAX);
+        assert_eq!(listed.unwrap(), ids[4]);
+        assert!(!is_open(&t, ids[4]));
+        assert_eq!(t.open_fds(), open);
+        t.lookup(ROOT_ID, c"f4", bind(104, false), Rebind::Yes, usize::MAX)
             .unwrap();
         assert!(is_open(&t, ids[4]));
+        t.forget(ids[4], 1);
         // Forgotten nodes take their descriptors along.
         for id in ids.iter().chain(&more) {
             t.forget(*id, 2);
@@ -745,8 +784,14 @@ mod tests {
         let t = InodeTable::with_capacity(1024);
         for i in 0..80u64 {
             let name = CString::new(format!("u{i}")).unwrap();
-            t.lookup(ROOT_ID, &name, bind(200 + i, false), usize::MAX)
-                .unwrap();
+            t.lookup(
+                ROOT_ID,
+                &name,
+                bind(200 + i, false),
+                Rebind::Yes,
+                usize::MAX,
+            )
+            .unwrap();
             t.unlink(ROOT_ID, &name);
         }
         t.set_capacity(64);
@@ -756,8 +801,14 @@ mod tests {
         let before = t.inner.reading().trims;
         for i in 0..100u64 {
             let name = CString::new(format!("n{i}")).unwrap();
-            t.lookup(ROOT_ID, &name, bind(300 + i, false), usize::MAX)
-                .unwrap();
+            t.lookup(
+                ROOT_ID,
+                &name,
+                bind(300 + i, false),
+                Rebind::Yes,
+                usize::MAX,
+            )
+            .unwrap();
             assert!(t.open_fds() <= 80 + 8, "{} open after n{i}", t.open_fds());
         }
         let scans = t.inner.reading().trims - before;
@@ -770,9 +821,17 @@ mod tests {
     #[test]
     fn paths_lookups_and_forget() {
         let t = InodeTable::new();
-        let d = t.lookup(ROOT_ID, c"d", bind(10, true), usize::MAX).unwrap();
-        let f = t.lookup(d, c"f", bind(11, false), usize::MAX).unwrap();
-        assert_eq!(t.lookup(d, c"f", bind(11, false), usize::MAX).unwrap(), f);
+        let d = t
+            .lookup(ROOT_ID, c"d", bind(10, true), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let f = t
+            .lookup(d, c"f", bind(11, false), Rebind::Yes, usize::MAX)
+            .unwrap();
+        assert_eq!(
+            t.lookup(d, c"f", bind(11, false), Rebind::Yes, usize::MAX)
+                .unwrap(),
+            f
+        );
         assert_eq!(t.path(f).unwrap().as_bytes(), b"d/f");
         assert_eq!(t.path(ROOT_ID).unwrap().as_bytes(), b".");
         // The parent stays while its child is referenced, even with no lookups of its own.
@@ -784,7 +843,7 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.path(f).unwrap_err().raw_os_error(), Some(libc::EBADF));
         assert_eq!(
-            t.lookup(999, c"x", bind(12, false), usize::MAX)
+            t.lookup(999, c"x", bind(12, false), Rebind::Yes, usize::MAX)
                 .unwrap_err()
                 .raw_os_error(),
             Some(libc::EBADF)
@@ -795,10 +854,10 @@ mod tests {
     fn hard_links_share_a_node_and_survive_unlink() {
         let t = InodeTable::new();
         let a = t
-            .lookup(ROOT_ID, c"a", bind(20, false), usize::MAX)
+            .lookup(ROOT_ID, c"a", bind(20, false), Rebind::Yes, usize::MAX)
             .unwrap();
         let b = t
-            .lookup(ROOT_ID, c"b", bind(20, false), usize::MAX)
+            .lookup(ROOT_ID, c"b", bind(20, false), Rebind::Yes, usize::MAX)
             .unwrap();
         assert_eq!(a, b);
         t.unlink(ROOT_ID, c"a");
@@ -818,10 +877,10 @@ mod tests {
     fn replaced_name_gets_a_new_node() {
         let t = InodeTable::new();
         let a = t
-            .lookup(ROOT_ID, c"a", bind(30, false), usize::MAX)
+            .lookup(ROOT_ID, c"a", bind(30, false), Rebind::Yes, usize::MAX)
             .unwrap();
         let a2 = t
-            .lookup(ROOT_ID, c"a", bind(31, false), usize::MAX)
+            .lookup(ROOT_ID, c"a", bind(31, false), Rebind::Yes, usize::MAX)
             .unwrap();
         assert_ne!(a, a2);
         assert!(!t.linked(a));
@@ -832,23 +891,25 @@ mod tests {
     fn a_directory_found_on_another_branch_is_the_same_directory() {
         let t = InodeTable::new();
         let var = t
-            .lookup(ROOT_ID, c"var", bind(40, true), usize::MAX)
+            .lookup(ROOT_ID, c"var", bind(40, true), Rebind::Yes, usize::MAX)
             .unwrap();
-        let lib = t.lookup(var, c"lib", bind(41, true), usize::MAX).unwrap();
+        let lib = t
+            .lookup(var, c"lib", bind(41, true), Rebind::Yes, usize::MAX)
+            .unwrap();
         // "var" is now found as another host directory (cloned onto an earlier branch).
         let again = t
-            .lookup(ROOT_ID, c"var", bind(42, true), usize::MAX)
+            .lookup(ROOT_ID, c"var", bind(42, true), Rebind::Yes, usize::MAX)
             .unwrap();
         assert_eq!(again, var);
         assert_eq!(t.path(lib).unwrap().as_bytes(), b"var/lib");
         // Its new copy is what the node is known by; a file replacing it still gets a new node.
         assert_eq!(
-            t.lookup(ROOT_ID, c"var", bind(42, true), usize::MAX)
+            t.lookup(ROOT_ID, c"var", bind(42, true), Rebind::Yes, usize::MAX)
                 .unwrap(),
             var
         );
         let file = t
-            .lookup(ROOT_ID, c"var", bind(43, false), usize::MAX)
+            .lookup(ROOT_ID, c"var", bind(43, false), Rebind::Yes, usize::MAX)
             .unwrap();
         assert_ne!(file, var);
     }
@@ -856,13 +917,21 @@ mod tests {
     #[test]
     fn rename_unlink_exchange() {
         let t = InodeTable::new();
-        let a = t.lookup(ROOT_ID, c"a", bind(1, false), usize::MAX).unwrap();
-        let d = t.lookup(ROOT_ID, c"d", bind(2, true), usize::MAX).unwrap();
-        let b = t.lookup(d, c"b", bind(3, false), usize::MAX).unwrap();
+        let a = t
+            .lookup(ROOT_ID, c"a", bind(1, false), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let d = t
+            .lookup(ROOT_ID, c"d", bind(2, true), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let b = t
+            .lookup(d, c"b", bind(3, false), Rebind::Yes, usize::MAX)
+            .unwrap();
         t.rename(ROOT_ID, c"a", d, c"b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(b).unwrap_err().raw_os_error(), Some(libc::ENOENT));
-        let c = t.lookup(ROOT_ID, c"c", bind(4, false), usize::MAX).unwrap();
+        let c = t
+            .lookup(ROOT_ID, c"c", bind(4, false), Rebind::Yes, usize::MAX)
+            .unwrap();
         t.exchange(ROOT_ID, c"c", d, c"b");
         assert_eq!(t.path(c).unwrap().as_bytes(), b"d/b");
         assert_eq!(t.path(a).unwrap().as_bytes(), b"c");
@@ -877,9 +946,15 @@ mod tests {
     #[test]
     fn rename_of_a_parent_moves_children_and_never_makes_a_cycle() {
         let t = InodeTable::new();
-        let d = t.lookup(ROOT_ID, c"d", bind(1, true), usize::MAX).unwrap();
-        let e = t.lookup(d, c"e", bind(2, true), usize::MAX).unwrap();
-        let f = t.lookup(e, c"f", bind(3, false), usize::MAX).unwrap();
+        let d = t
+            .lookup(ROOT_ID, c"d", bind(1, true), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let e = t
+            .lookup(d, c"e", bind(2, true), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let f = t
+            .lookup(e, c"f", bind(3, false), Rebind::Yes, usize::MAX)
+            .unwrap();
         t.rename(ROOT_ID, c"d", ROOT_ID, c"x");
         assert_eq!(t.path(f).unwrap().as_bytes(), b"x/e/f");
         assert_eq!(
@@ -892,15 +967,17 @@ mod tests {
         );
         assert!(t.check_move(d, c"e", ROOT_ID).is_ok());
         // The same directory found inside itself (a followed symlink) is a separate node.
-        let inner = t.lookup(e, c"loop", bind(1, true), usize::MAX).unwrap();
+        let inner = t
+            .lookup(e, c"loop", bind(1, true), Rebind::Yes, usize::MAX)
+            .unwrap();
         assert_ne!(inner, d);
         assert_eq!(t.path(d).unwrap().as_bytes(), b"x");
         // Renaming a hard link onto another name of the same file changes nothing.
         let h1 = t
-            .lookup(ROOT_ID, c"h1", bind(9, false), usize::MAX)
+            .lookup(ROOT_ID, c"h1", bind(9, false), Rebind::Yes, usize::MAX)
             .unwrap();
         let h2 = t
-            .lookup(ROOT_ID, c"h2", bind(9, false), usize::MAX)
+            .lookup(ROOT_ID, c"h2", bind(9, false), Rebind::Yes, usize::MAX)
             .unwrap();
         assert_eq!(h1, h2);
         t.rename(ROOT_ID, c"h1", ROOT_ID, c"h2");

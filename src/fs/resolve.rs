@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::{CStr, CString};
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use super::branches::Root;
+use super::inode::Rebind;
 use super::{errno, UnionFs};
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
@@ -202,11 +203,36 @@ pub(crate) fn split_parent(rel: &CStr) -> (CString, CString) {
     }
 }
 
-fn hash_ino(parts: impl Hash) -> u64 {
+/// SipHash-1-3 (zero keys, as `DefaultHasher::new()`) of `bytes` in one pass, kept clear of 0
+/// (invalid) and 1 (the root's number).
+///
+/// The numbers are those of hashing the tuples `("path", rel)` and `("devino", dev, ino)`
+/// with `Hash` (what earlier versions did, field by field): the hasher streams, so the same
+/// bytes in one write give the same hash, with a fraction of the per-field work. A guest
+/// keeps seeing the numbers it saw before an upgrade.
+fn hash_ino(bytes: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
-    parts.hash(&mut h);
-    // Keep clear of 0 (invalid) and 1 (the root's number).
+    h.write(bytes);
     h.finish().max(2)
+}
+
+/// `("path", rel)` as `Hash` feeds it to a hasher: the str, its 0xff terminator, the slice's
+/// length prefix, the bytes.
+fn path_ino(rel: &[u8]) -> u64 {
+    let mut buf: smallvec::SmallVec<[u8; 256]> = smallvec::SmallVec::new();
+    buf.extend_from_slice(b"path\xff");
+    buf.extend_from_slice(&rel.len().to_ne_bytes());
+    buf.extend_from_slice(rel);
+    hash_ino(&buf)
+}
+
+/// `("devino", dev, ino)` as `Hash` feeds it to a hasher.
+fn devino_ino(dev: u64, ino: u64) -> u64 {
+    let mut buf = [0u8; 23];
+    buf[..7].copy_from_slice(b"devino\xff");
+    buf[7..15].copy_from_slice(&dev.to_ne_bytes());
+    buf[15..].copy_from_slice(&ino.to_ne_bytes());
+    hash_ino(&buf)
 }
 
 /// The union inode number of an entry under `calc` (`inodecalc=`): by union path, by host
@@ -217,8 +243,8 @@ pub(crate) fn ino_for(calc: InodeCalc, is_dir: bool, rel: &[u8], dev: u64, ino: 
     if rel == b"." {
         return 1;
     }
-    let by_path = || hash_ino(("path", rel));
-    let by_devino = || hash_ino(("devino", dev, ino));
+    let by_path = || path_ino(rel);
+    let by_devino = || devino_ino(dev, ino);
     let fold32 = |h: u64| ((h >> 32) ^ (h & 0xffff_ffff)).max(2);
     match calc {
         InodeCalc::Passthrough => ino,
@@ -414,8 +440,25 @@ impl UnionFs {
 
     /// The entry at `rel` as `func`'s (search) policy finds it.
     pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
-        let mut v = self.select(func, rel)?;
-        Ok(v.swap_remove(0))
+        let view = self.view();
+        if !view.opts.policies.get(func).first_existing(func.category()) {
+            drop(view);
+            let mut v = self.select(func, rel)?;
+            return Ok(v.swap_remove(0));
+        }
+        // The default (`ff`): the first branch that has it, as the policy would choose, with
+        // no probe set up; a real failure on a branch before it is reported over ENOENT.
+        let mut failure = None;
+        for pos in 0..view.branches.len() {
+            match self.lookup_on(view.branches.id_at(pos), rel) {
+                Ok(Some(f)) => return Ok(f),
+                Ok(None) => {}
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        Err(failure.unwrap_or_else(|| errno(libc::ENOENT)))
     }
 
     /// Every copy of `rel` that `func`'s (action) policy chooses to change (EROFS if only RO
@@ -640,11 +683,12 @@ impl UnionFs {
         name: &CStr,
         rel: &CStr,
         f: &Found,
+        rebind: Rebind,
     ) -> io::Result<Entry> {
         let st = self.shown(f, rel);
         let inode = self
             .inodes
-            .lookup(parent, name, self.bind_of(f), self.node_room())?;
+            .lookup(parent, name, self.bind_of(f), rebind, self.node_room())?;
         // A mount point inside the branch: the guest mounts it apart (its own st_dev).
         let submount = self.submounts_active()
             && st.st_mode & libc::S_IFMT == libc::S_IFDIR
@@ -671,6 +715,26 @@ impl UnionFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass hashes are the field-by-field ones earlier versions showed the guest.
+    #[test]
+    fn inode_numbers_are_those_of_hashing_the_fields() {
+        use std::hash::Hash;
+        let fields = |parts: &dyn Fn(&mut DefaultHasher)| {
+            let mut h = DefaultHasher::new();
+            parts(&mut h);
+            h.finish().max(2)
+        };
+        for (dev, ino) in [(0, 0), (1, 2), (0x803, 123_456_789), (u64::MAX, 7)] {
+            let want = fields(&|h| ("devino", dev, ino).hash(h));
+            assert_eq!(devino_ino(dev, ino), want, "{dev} {ino}");
+        }
+        let long = vec![b'x'; 300];
+        for rel in [&b"a"[..], b"a/b/c", b"", &long] {
+            let want = fields(&|h| ("path", rel).hash(h));
+            assert_eq!(path_ino(rel), want, "{rel:?}");
+        }
+    }
 
     #[test]
     fn names_and_parents() {

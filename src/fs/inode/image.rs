@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use super::{err, Entry, Hold, InodeTable, Key, Node, ROOT_ID};
+use super::{err, Hold, InodeTable, Key, Node, ROOT_ID};
 use crate::sync::RwRecover;
 use crate::sys::handle::FileHandle;
 
@@ -74,7 +74,7 @@ impl InodeTable {
         if nodes.iter().any(|n| n.id >= next_id) {
             return Err(err(libc::EINVAL));
         }
-        let mut names: HashMap<Entry, u64> = HashMap::new();
+        let mut names = super::Names::default();
         let mut children: HashMap<u64, u64> = HashMap::new();
         for n in &nodes {
             for e in &n.names {

@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::io;
 use std::sync::atomic::Ordering;
 
-use super::{err, Bind, Entry, Inner};
+use super::{err, Bind, Entry, Inner, NameRef, Rebind};
 
 impl Inner {
     /// See [`InodeTable::lookup`].
@@ -14,18 +14,18 @@ impl Inner {
         parent: u64,
         name: &CStr,
         found: Bind,
+        rebind: Rebind,
         max_nodes: usize,
     ) -> io::Result<u64> {
         if !self.nodes.contains_key(&parent) {
             return Err(err(libc::EBADF));
         }
-        let entry = (parent, name.to_owned());
-        if let Some(&id) = self.names.get(&entry) {
+        if let Some(&id) = self.names.get(&NameRef(parent, name)) {
             let n = self.nodes.get_mut(&id).expect("names point at nodes");
             if n.key == Some(found.key) {
                 n.lookups += 1;
-                // A closed node takes the descriptor the lookup just opened.
-                if n.bound.as_ref().is_none_or(|h| h.fd.is_none()) {
+                // A closed node takes the descriptor the lookup just opened, if asked to.
+                if rebind == Rebind::Yes && n.bound.as_ref().is_none_or(|h| h.fd.is_none()) {
                     self.hold(id, found);
                 }
                 return Ok(id);
@@ -44,8 +44,9 @@ impl Inner {
                 return Ok(id);
             }
             // Another object has this name now (it was replaced on the host).
-            self.drop_name(&entry);
+            self.drop_name(&(parent, name.to_owned()));
         }
+        let entry = (parent, name.to_owned());
         if let Some(&id) = self.by_key.get(&found.key) {
             let is_dir = self.nodes[&id].is_dir;
             // A directory found inside itself (a followed symlink) must not become its own

@@ -9,6 +9,7 @@
 //! entry under a hidden name, which then becomes the entry's name (RENAME_NOREPLACE): no other
 //! process sees the entry unlabelled.
 
+use crate::fs::inode::Rebind;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -114,7 +115,7 @@ fn prepare(
 /// Looks up what was just created on `branch` and hands the guest a node for it.
 fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
     let f = fs.find_on(branch, rel).ok_or_else(|| errno(libc::ENOENT))?;
-    fs.entry_for(parent, name, rel, &f)
+    fs.entry_for(parent, name, rel, &f, Rebind::Yes)
 }
 
 /// Makes the entry with `make` (given the parent and the name to use) in each chosen parent
@@ -260,7 +261,7 @@ pub fn create(
         fd: std::sync::Arc::new(node_fd),
         st,
     };
-    let entry = fs.entry_for(parent, name, &rel, &found)?;
+    let entry = fs.entry_for(parent, name, &rel, &found, Rebind::Yes)?;
     let opts = crate::fs::ops::open::open_options(fs, entry.inode, &st);
     let fh = fs.new_handle(Handle::File(FileHandle {
         fd,

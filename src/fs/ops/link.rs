@@ -4,6 +4,7 @@
 //! to the host path on the source's branch, or under `mountpoint`); the guest then gets the
 //! source's attributes with no caching, as mergerfs replies.
 
+use crate::fs::inode::Rebind;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::time::Duration;
@@ -49,7 +50,7 @@ pub fn link(
             let f = fs
                 .find_on(branch, &new_rel)
                 .ok_or_else(|| errno(libc::ENOENT))?;
-            fs.entry_for(newparent, newname, &new_rel, &f)
+            fs.entry_for(newparent, newname, &new_rel, &f, Rebind::Yes)
         }
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
             exdev(fs, ctx, &old_rel, &new_parent, newparent, newname)
@@ -188,7 +189,7 @@ fn link_unnamed(
     let f = fs
         .find_on(branch, &new_rel)
         .ok_or_else(|| errno(libc::ENOENT))?;
-    fs.entry_for(newparent, newname, &new_rel, &f)
+    fs.entry_for(newparent, newname, &new_rel, &f, Rebind::Yes)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::io;
 
 use fuse_backend_rs::api::filesystem::Entry;
 
+use crate::fs::inode::Rebind;
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
 use crate::fs::UnionFs;
@@ -17,7 +18,7 @@ pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     match fs.search(Func::Getattr, &rel) {
-        Ok(found) => fs.entry_for(parent, name, &rel, &found),
+        Ok(found) => fs.entry_for(parent, name, &rel, &found, Rebind::Yes),
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT)
                 && !fs.view().opts.cache_negative_entry.is_zero() =>

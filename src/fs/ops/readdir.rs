@@ -2,6 +2,7 @@
 //! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
 //! handle (at offset 0) so offsets stay stable while the guest pages through it.
 
+use crate::fs::inode::Rebind;
 use crate::sync::LockRecover;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
@@ -194,7 +195,7 @@ pub fn readdirplus(
             let name = CString::new(e.name.clone()).expect("no NUL");
             let path = join(rel.to_bytes(), &e.name);
             match fs.search(Func::Getattr, &path) {
-                Ok(f) => fs.entry_for(inode, &name, &path, &f)?,
+                Ok(f) => fs.entry_for(inode, &name, &path, &f, Rebind::No)?,
                 Err(_) => continue, // removed since the snapshot
             }
         };
