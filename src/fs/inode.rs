@@ -290,7 +290,7 @@ impl Inner {
 
     /// Frees `id` if unused, then any parent that became unused.
     fn reap(&mut self, id: u64) {
-        let mut work = vec![id];
+        let mut work: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![id];
         while let Some(id) = work.pop() {
             if id == ROOT_ID {
                 continue;
@@ -369,8 +369,18 @@ impl InodeTable {
     /// The union-relative path of `id` (`.` for the root), or EBADF for an unknown id and
     /// ENOENT for a node (or an ancestor) that no longer has a name.
     pub fn path(&self, id: u64) -> io::Result<CString> {
+        self.path_with(id, None)
+    }
+
+    /// The path of the child `name` of `parent` (which need not be in the table).
+    pub fn child_path(&self, parent: u64, name: &CStr) -> io::Result<CString> {
+        self.path_with(parent, Some(name))
+    }
+
+    /// [`InodeTable::path`] of `id`, with `child` appended: built in one allocation.
+    fn path_with(&self, id: u64, child: Option<&CStr>) -> io::Result<CString> {
         let inner = self.inner.reading();
-        let mut parts: Vec<&CStr> = Vec::new();
+        let mut parts: smallvec::SmallVec<[&CStr; 16]> = smallvec::SmallVec::new();
         let mut cur = id;
         while cur != ROOT_ID {
             let n = inner.nodes.get(&cur).ok_or_else(|| err(libc::EBADF))?;
@@ -381,25 +391,22 @@ impl InodeTable {
                 return Err(err(libc::ELOOP));
             }
         }
-        if parts.is_empty() {
+        if parts.is_empty() && child.is_none() {
             return Ok(c".".to_owned());
         }
-        let mut out = Vec::with_capacity(parts.iter().map(|p| p.to_bytes().len() + 1).sum());
-        for (i, p) in parts.iter().rev().enumerate() {
-            if i > 0 {
+        let len = parts
+            .iter()
+            .chain(&child)
+            .map(|p| p.count_bytes() + 1)
+            .sum();
+        let mut out = Vec::with_capacity(len);
+        for p in parts.iter().rev().chain(&child) {
+            if !out.is_empty() {
                 out.push(b'/');
             }
             out.extend_from_slice(p.to_bytes());
         }
         Ok(CString::new(out).expect("names never contain NUL"))
-    }
-
-    /// The path of the child `name` of `parent` (which need not be in the table).
-    pub fn child_path(&self, parent: u64, name: &CStr) -> io::Result<CString> {
-        Ok(super::resolve::join(
-            self.path(parent)?.as_bytes(),
-            name.to_bytes(),
-        ))
     }
 
     /// The node named `parent/name`, with the object it is bound to.

@@ -183,10 +183,26 @@ impl UnionFs {
     /// (an open-unlinked file), when neither its path nor, on some filesystems, its handle
     /// can find its object. Hand the result to [`UnionFs::kept_open`] after the change.
     pub(crate) fn keep_open(&self, parent: u64, name: &std::ffi::CStr) -> Kept {
+        self.keep_open_found(parent, name, &[])
+    }
+
+    /// [`UnionFs::keep_open`], taking the descriptor from `found` (what the change's policy
+    /// just opened) when one of them is the node's object: no reopening of a closed node.
+    pub(crate) fn keep_open_found(
+        &self,
+        parent: u64,
+        name: &std::ffi::CStr,
+        found: &[super::resolve::Found],
+    ) -> Kept {
         let Some((id, key)) = self.inodes.child(parent, name) else {
             return Kept(None);
         };
-        Kept(self.node_fd(id).ok().flatten().map(|(_, fd)| (id, key, fd)))
+        let fd = found
+            .iter()
+            .find(|f| (f.st.st_dev, f.st.st_ino) == key)
+            .map(|f| f.fd.clone())
+            .or_else(|| self.node_fd(id).ok().flatten().map(|(_, fd)| fd));
+        Kept(fd.map(|fd| (id, key, fd)))
     }
 
     /// After the change: the node holds the descriptor kept for it (the table may have

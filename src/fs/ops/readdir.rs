@@ -180,6 +180,7 @@ pub fn readdirplus(
 ) -> io::Result<()> {
     let (rel, snap) = listing(fs, inode, fh, offset)?;
     let dot = fs.search_node(Func::Getattr, inode)?.st;
+    let mut path: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
     for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
@@ -192,10 +193,23 @@ pub fn readdirplus(
                 entry_timeout: Default::default(),
             }
         } else {
-            let name = CString::new(e.name.clone()).expect("no NUL");
-            let path = join(rel.to_bytes(), &e.name);
-            match fs.search(Func::Getattr, &path) {
-                Ok(f) => fs.entry_for(inode, &name, &path, &f, Rebind::No)?,
+            // The entry's union path and, as its tail, its name: one buffer, reused.
+            path.clear();
+            if rel.to_bytes() != b"." {
+                path.extend_from_slice(rel.to_bytes());
+                path.push(b'/');
+            }
+            let at = path.len();
+            path.extend_from_slice(&e.name);
+            path.push(0);
+            let (Ok(full), Ok(name)) = (
+                CStr::from_bytes_with_nul(&path),
+                CStr::from_bytes_with_nul(&path[at..]),
+            ) else {
+                continue; // a name the host would not have listed (a NUL in it)
+            };
+            match fs.search(Func::Getattr, full) {
+                Ok(f) => fs.entry_for(inode, name, full, &f, Rebind::No)?,
                 Err(_) => continue, // removed since the snapshot
             }
         };

@@ -31,10 +31,11 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     if dir {
         fs.check_union_empty(&rel, 2)?;
     }
-    let kept = fs.keep_open(parent, name);
-    let mut fold = ErrnoFold::new();
     let func = if dir { Func::Rmdir } else { Func::Unlink };
-    for f in fs.action(func, &rel)? {
+    let copies = fs.action(func, &rel)?;
+    let kept = fs.keep_open_found(parent, name, &copies);
+    let mut fold = ErrnoFold::new();
+    for f in copies {
         let r = fs.dir_on(f.branch, &parent_rel).and_then(|d| {
             fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
                 Ok(rustix::fs::unlinkat(&d, name, flags)?)
