@@ -43,17 +43,17 @@ impl CtlError {
 impl UnionFs {
     /// The options requests see now.
     pub fn options(&self) -> UnionOptions {
-        self.current.load_full().opts.clone()
+        self.current.load().opts.clone()
     }
 
     /// The branches as configured now, in branch order.
     pub fn branch_list(&self) -> Vec<Branch> {
-        self.current.load_full().branches.specs().to_vec()
+        self.current.load().branches.specs().to_vec()
     }
 
     /// The ids of the branches now, in branch order (an id is never reused).
     pub fn branch_ids(&self) -> Vec<usize> {
-        self.current.load_full().branches.indices().collect()
+        self.current.load().branches.indices().collect()
     }
 
     /// Changes the options of every request that begins from now on with `change` (which

@@ -102,7 +102,7 @@ pub struct UnionFs {
     /// were before any control change).
     cfg: FsConfig,
     /// The branch set and options requests see now; a control change replaces it.
-    current: view::Current,
+    current: arc_swap::ArcSwap<View>,
     /// This filesystem's number (pinned views are per filesystem).
     number: usize,
     /// Serializes control changes (each derives the next view from the current one).
@@ -236,7 +236,7 @@ impl UnionFs {
             opts: cfg.opts.clone(),
         };
         Ok(UnionFs {
-            current: view::Current::new(view),
+            current: arc_swap::ArcSwap::from_pointee(view),
             number: view::next_fs_number(),
             editing: Default::default(),
             cfg,

@@ -4,8 +4,8 @@
 //! current when it began ([`UnionFs::pin_view`]), however long it runs.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,54 +27,6 @@ pub(crate) struct View {
 thread_local! {
     /// The view this thread's current request was pinned to, with its filesystem's number.
     static PINNED: RefCell<Option<(usize, Arc<View>)>> = const { RefCell::new(None) };
-    /// The view this thread last loaded (filesystem number, generation, the view): pinning it
-    /// again while the generation has not moved costs no shared-state update. Weak, so that
-    /// an idle thread never keeps a replaced view (and a removed branch's root) alive.
-    static LAST: RefCell<Option<(usize, u64, Weak<View>)>> = const { RefCell::new(None) };
-}
-
-/// The current view, and a count of its replacements.
-pub(crate) struct Current {
-    view: arc_swap::ArcSwap<View>,
-    /// Bumped after every replacement (after the new view is in place).
-    generation: AtomicU64,
-}
-
-impl Current {
-    /// Starts with `view`.
-    pub(crate) fn new(view: View) -> Self {
-        Current {
-            view: arc_swap::ArcSwap::from_pointee(view),
-            generation: AtomicU64::new(0),
-        }
-    }
-
-    /// The current view.
-    pub(crate) fn load_full(&self) -> Arc<View> {
-        self.view.load_full()
-    }
-
-    /// Replaces the view.
-    pub(crate) fn store(&self, view: Arc<View>) {
-        self.view.store(view);
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// The current view for filesystem `number`, from this thread's last load when no
-    /// replacement came since. The generation is read before the view: a view loaded is at
-    /// least as new as the generation it is recorded with.
-    fn load_cached(&self, number: usize) -> Arc<View> {
-        let gen = self.generation.load(Ordering::Acquire);
-        let cached = LAST.with(|l| match &*l.borrow() {
-            Some((n, g, v)) if *n == number && *g == gen => v.upgrade(),
-            _ => None,
-        });
-        cached.unwrap_or_else(|| {
-            let v = self.view.load_full();
-            LAST.with(|l| *l.borrow_mut() = Some((number, gen, Arc::downgrade(&v))));
-            v
-        })
-    }
 }
 
 /// Numbers filesystems, so that a pinned view is only ever used by its own.
@@ -100,7 +52,7 @@ impl Drop for ViewScope {
 impl UnionFs {
     /// Pins the current view for the request this thread is about to serve.
     pub fn pin_view(&self) -> ViewScope {
-        let v = self.current.load_cached(self.number);
+        let v = self.current.load_full();
         let prev = PINNED.with(|p| p.borrow_mut().replace((self.number, v)));
         ViewScope { prev }
     }
