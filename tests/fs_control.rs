@@ -371,3 +371,31 @@ fn invalidate_all_nodes_closes_named_nodes_descriptors() {
     }
     assert_eq!(u.node_fd_count(), 5);
 }
+
+/// A thread that served a request keeps no hold on the view it saw: after a branch is
+/// removed, its next request sees the new branch set, and nothing in the process keeps the
+/// removed branch's directory open (a disk can be unmounted).
+#[test]
+fn a_pinned_view_is_not_kept_past_its_request() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    fs::write(b.path().join("in_b"), "b").unwrap();
+    let u = union(&[(a.path(), "RW"), (b.path(), "RW")]);
+    {
+        let _request = u.pin_view();
+        assert!(walk(&u, "in_b").is_ok());
+    }
+    let holds_b = || {
+        fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .any(|e| fs::read_link(e.unwrap().path()).is_ok_and(|t| t.starts_with(b.path())))
+    };
+    assert!(holds_b(), "the union holds its branch's root");
+    u.ctl_set("branches", &format!("-{}", b.path().display()), no_dirs())
+        .unwrap();
+    {
+        let _request = u.pin_view();
+        assert_eq!(errno_of(walk(&u, "in_b")), libc::ENOENT);
+    }
+    assert!(!holds_b(), "a removed branch's directory stays open");
+}
