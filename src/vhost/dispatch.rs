@@ -392,16 +392,21 @@ where
     pub(super) fn serve_copy(
         &self,
         hdr: &InHeader,
-        r: Cursor<'_, '_, Mapped<'_>>,
+        mut r: Cursor<'_, '_, Mapped<'_>>,
         mut w: Writer<'_, Slice>,
     ) -> Result<usize, RequestError> {
-        let (hdr, ext) = match self.copy_request(hdr, r) {
+        let (hdr, ext) = match self.body_of(hdr, &mut r) {
             Ok(got) => got,
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
         REQUEST.with(|buf| {
             let mut buf = buf.borrow_mut();
+            let len = (hdr.len as usize).min(SERVER_MAX_REQUEST);
+            buf.clear();
+            buf.resize(len, 0);
             buf[..size_of::<InHeader>()].copy_from_slice(vm_memory::ByteValued::as_slice(&hdr));
+            std::io::Read::read_exact(&mut r, &mut buf[size_of::<InHeader>()..])
+                .map_err(RequestError::Decode)?;
             let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
                 .map_err(RequestError::Chain)?;
             secctx::scoped(ext, || self.server.handle_message(copy, w, None, None))
@@ -409,43 +414,44 @@ where
         })
     }
 
-    /// Serves a [`Meta`] request from this thread's private copy of its body, the reply
-    /// written straight into `w`.
+    /// Serves a [`Meta`] request from a private copy of its body (on the stack unless large),
+    /// the reply written straight into `w`.
     fn serve_direct(
         &self,
         op: Meta,
         hdr: &InHeader,
-        r: Cursor<'_, '_, Mapped<'_>>,
+        mut r: Cursor<'_, '_, Mapped<'_>>,
         mut w: Cursor<'_, '_, Mapped<'_>>,
     ) -> Result<usize, RequestError> {
-        let (hdr, ext) = match self.copy_request(hdr, r) {
+        let (hdr, ext) = match self.body_of(hdr, &mut r) {
             Ok(got) => got,
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
+        let mut body: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
+        body.resize(
+            (hdr.len as usize - size_of::<InHeader>()).min(SERVER_MAX_REQUEST),
+            0,
+        );
+        r.read_exact(&mut body).map_err(RequestError::Decode)?;
         let mut ctx = Context::from(&hdr);
         if let Err(e) = self.fs.id_remap(&mut ctx) {
             return reply_io_error(&mut w, hdr.unique, &e);
         }
-        REQUEST.with(|buf| {
-            let buf = buf.borrow();
-            let body = buf.get(size_of::<InHeader>()..).unwrap_or_default();
-            secctx::scoped(ext, || self.serve_meta(op, &ctx, &hdr, body, &mut w))
-        })
+        secctx::scoped(ext, || self.serve_meta(op, &ctx, &hdr, &body, &mut w))
     }
 
-    /// Copies the request behind `hdr` (`r` is past it) into this thread's [`REQUEST`]
-    /// buffer, behind room for the header, at most [`SERVER_MAX_REQUEST`] bytes in all.
-    /// Extensions are taken off the end and parsed; the header returned describes what is
-    /// left. Errors are the guest's: EINVAL for extensions that do not fit or parse.
-    fn copy_request(
+    /// Checks the length the header `hdr` declares against the chain (`r` is past the
+    /// header) and takes any extensions off the end of the request, parsed; `r` is left at
+    /// the body, whose length is what the returned header declares. Errors are the guest's:
+    /// EINVAL for a length shorter than the header or longer than the chain's readable
+    /// bytes (a Linux guest's is always exact), or extensions that do not fit or parse.
+    fn body_of(
         &self,
         hdr: &InHeader,
-        mut r: Cursor<'_, '_, Mapped<'_>>,
+        r: &mut Cursor<'_, '_, Mapped<'_>>,
     ) -> std::io::Result<(InHeader, Option<secctx::SecContext>)> {
         let mut hdr = *hdr;
-        // A length shorter than the header or longer than the chain's readable bytes is a
-        // malformed request (a Linux guest's is always exact).
-        let Some(mut body_len) = (hdr.len as usize)
+        let Some(body_len) = (hdr.len as usize)
             .checked_sub(size_of::<InHeader>())
             .filter(|&n| n <= r.available())
         else {
@@ -459,19 +465,11 @@ where
                 return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
             }
             let mut tail = r.clone();
-            tail.skip(body_len.saturating_sub(ext_len));
+            tail.skip(body_len - ext_len);
             ext = self.extensions(&hdr, &mut tail)?;
-            body_len -= ext_len;
-            hdr.len = (size_of::<InHeader>() + body_len) as u32;
+            hdr.len = (size_of::<InHeader>() + body_len - ext_len) as u32;
             hdr.padding &= !0xffff;
         }
-        REQUEST.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            let len = (size_of::<InHeader>() + body_len).min(SERVER_MAX_REQUEST);
-            buf.clear();
-            buf.resize(len, 0);
-            std::io::Read::read_exact(&mut r, &mut buf[size_of::<InHeader>()..])
-        })?;
         Ok((hdr, ext))
     }
 

@@ -61,9 +61,17 @@ pub fn reply_ok<W: Write + ?Sized>(
         error: 0,
         unique,
     };
-    let n = w
-        .write_vectored(&[IoSlice::new(out.as_slice()), IoSlice::new(body)])
-        .map_err(RequestError::Encode)?;
+    const SMALL: usize = 256;
+    let n = if len <= SMALL {
+        // The usual reply (an entry, attributes, a handle): one copy into guest memory.
+        let mut buf = [0u8; SMALL];
+        buf[..size_of::<OutHeader>()].copy_from_slice(out.as_slice());
+        buf[size_of::<OutHeader>()..len].copy_from_slice(body);
+        w.write(&buf[..len]).map_err(RequestError::Encode)?
+    } else {
+        w.write_vectored(&[IoSlice::new(out.as_slice()), IoSlice::new(body)])
+            .map_err(RequestError::Encode)?
+    };
     if n < len {
         return Err(RequestError::Encode(io::ErrorKind::WriteZero.into()));
     }
