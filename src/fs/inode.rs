@@ -453,6 +453,25 @@ impl InodeTable {
         r
     }
 
+    /// [`InodeTable::lookup`] when `parent/name` already names the node of object `key` and
+    /// the lookup would not bind it (it is open, or `rebind` is [`Rebind::No`]): one more
+    /// guest reference, and its node. `None` otherwise, for the full lookup.
+    pub fn lookup_known(&self, parent: u64, name: &CStr, key: Key, rebind: Rebind) -> Option<u64> {
+        let mut inner = self.inner.writing();
+        if self.panic_on.as_deref() == Some(name) {
+            return None;
+        }
+        let id = *inner.names.get(&NameRef(parent, name))?;
+        let n = inner.nodes.get_mut(&id)?;
+        let closed = n.bound.as_ref().is_none_or(|h| h.fd.is_none());
+        if n.key != Some(key) || (rebind == Rebind::Yes && closed) {
+            return None;
+        }
+        n.lookups += 1;
+        inner.touch(id, self.tick());
+        Some(id)
+    }
+
     /// Moves the node bound to host object `old` (if any) onto the object `new` found as
     /// `found` (a copy-up replaced one by the other).
     pub fn rebind(&self, old: Key, found: Bind) {
@@ -783,6 +802,45 @@ mod tests {
             t.forget(*id, 2);
         }
         assert_eq!((t.len(), t.open_fds()), (1, 0));
+    }
+
+    #[test]
+    fn a_known_name_is_looked_up_without_binding() {
+        let t = InodeTable::with_capacity(2);
+        let ids: Vec<u64> = (0..4)
+            .map(|i| {
+                let name = CString::new(format!("k{i}")).unwrap();
+                t.lookup(
+                    ROOT_ID,
+                    &name,
+                    bind(500 + i, false),
+                    Rebind::Yes,
+                    usize::MAX,
+                )
+                .unwrap()
+            })
+            .collect();
+        // k3 is open, k0 was closed by the limit.
+        assert!(is_open(&t, ids[3]) && !is_open(&t, ids[0]));
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"k3", (1, 503), Rebind::Yes),
+            Some(ids[3])
+        );
+        assert_eq!(t.lookup_known(ROOT_ID, c"k0", (1, 500), Rebind::Yes), None);
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"k0", (1, 500), Rebind::No),
+            Some(ids[0])
+        );
+        assert!(!is_open(&t, ids[0]), "left closed");
+        assert_eq!(t.lookup_known(ROOT_ID, c"k3", (1, 999), Rebind::No), None);
+        assert_eq!(t.lookup_known(ROOT_ID, c"nope", (1, 503), Rebind::No), None);
+        // Each answer was one more reference: two forgets each free k0 and k3.
+        t.forget(ids[3], 1);
+        t.forget(ids[0], 1);
+        assert!(t.bound(ids[3]).is_some() && t.bound(ids[0]).is_some());
+        t.forget(ids[3], 1);
+        t.forget(ids[0], 1);
+        assert!(t.bound(ids[3]).is_none() && t.bound(ids[0]).is_none());
     }
 
     #[test]

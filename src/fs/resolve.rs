@@ -686,9 +686,15 @@ impl UnionFs {
         rebind: Rebind,
     ) -> io::Result<Entry> {
         let st = self.shown(f, rel);
-        let inode = self
-            .inodes
-            .lookup(parent, name, self.bind_of(f), rebind, self.node_room())?;
+        let key = (f.st.st_dev, f.st.st_ino);
+        // A name the table already gives this object needs no binding (no file handle made,
+        // no descriptor passed): the usual case of a guest revalidating or relisting.
+        let inode = match self.inodes.lookup_known(parent, name, key, rebind) {
+            Some(id) => id,
+            None => self
+                .inodes
+                .lookup(parent, name, self.bind_of(f), rebind, self.node_room())?,
+        };
         // A mount point inside the branch: the guest mounts it apart (its own st_dev).
         let submount = self.submounts_active()
             && st.st_mode & libc::S_IFMT == libc::S_IFDIR

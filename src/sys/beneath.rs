@@ -241,7 +241,10 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<HostDirent>> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, c".", flags, Mode::empty())?;
     let mut out = Vec::new();
-    for ent in rustix::fs::Dir::read_from(fd.as_fd())? {
+    // getdents64 into one buffer: no allocation per entry but its name.
+    let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 32 * 1024];
+    let mut entries = rustix::fs::RawDir::new(fd.as_fd(), &mut buf);
+    while let Some(ent) = entries.next() {
         let ent = ent?;
         let name = ent.file_name().to_bytes();
         if name == b"." || name == b".." {
