@@ -15,7 +15,7 @@ use std::ops::Deref;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::{BitmapSlice, MS};
-use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, VolatileSlice};
+use vm_memory::{GuestAddress, GuestMemory, GuestMemoryMmap, VolatileMemory, VolatileSlice};
 
 use super::backend::Logged;
 
@@ -117,7 +117,12 @@ impl Iterator for TableWalk<'_> {
             if self.ttl == 0 || self.next >= self.entries {
                 return None;
             }
-            let d: Descriptor = self.table.read_obj(usize::from(self.next) * DESC).ok()?;
+            // One volatile load of the 16 bytes (no copy loop).
+            let d: Descriptor = self
+                .table
+                .get_ref::<Descriptor>(usize::from(self.next) * DESC)
+                .ok()?
+                .load();
             if d.refers_to_indirect_table() {
                 let entries = d.len() as usize / DESC;
                 if self.indirect || d.len() as usize % DESC != 0 || entries > usize::from(u16::MAX)
