@@ -2,6 +2,7 @@
 //! FUSE or descriptors.
 
 use crate::sync::LockRecover;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -12,38 +13,76 @@ use crate::sys::thread::{set_umask, unshare_fs};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// Worker threads that run queued jobs in FIFO order.
+/// Worker threads that run queued jobs in FIFO order, started as the work needs them (up to
+/// the pool's size): an idle daemon, or one whose requests are all cheap, runs none.
 pub struct Pool {
     tx: Mutex<Option<Sender<Job>>>,
+    rx: Arc<Mutex<Receiver<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    size: usize,
+    /// Workers waiting for a job, and jobs queued that no worker has taken yet: a job finds a
+    /// worker started for it when there are more of the latter.
+    counts: Arc<Counts>,
+}
+
+/// See [`Pool`].
+#[derive(Default)]
+struct Counts {
+    idle: AtomicUsize,
+    queued: AtomicUsize,
 }
 
 impl Pool {
-    /// Starts `size` workers (at least one). Each unshares its filesystem context first so the
-    /// fs layer may change umask or cwd per thread.
+    /// A pool of up to `size` workers (at least one), none started yet. Each unshares its
+    /// filesystem context first so the fs layer may change umask or cwd per thread.
     pub fn new(size: usize) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let threads = (0..size.max(1))
-            .map(|i| {
-                let rx = rx.clone();
-                thread::Builder::new()
-                    .name(format!("fs-worker-{i}"))
-                    .spawn(move || worker(&rx))
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Pool {
             tx: Mutex::new(Some(tx)),
-            threads: Mutex::new(threads),
+            rx: Arc::new(Mutex::new(rx)),
+            threads: Mutex::new(Vec::new()),
+            size: size.max(1),
+            counts: Arc::default(),
         })
     }
 
-    /// Queues `job`; returns it back if the pool is shut down.
+    /// Queues `job`, starting a worker for it when none waits and the pool is not full;
+    /// returns it back if the pool is shut down or has no worker and cannot start one.
     pub fn spawn(&self, job: Job) -> Result<(), Job> {
-        match self.tx.locked().as_ref() {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
+        let tx = self.tx.locked();
+        let Some(tx) = tx.as_ref() else {
+            return Err(job);
+        };
+        let queued = self.counts.queued.fetch_add(1, Ordering::AcqRel) + 1;
+        if queued > self.counts.idle.load(Ordering::Acquire) {
+            let mut threads = self.threads.locked();
+            if threads.len() < self.size {
+                let (rx, counts) = (self.rx.clone(), self.counts.clone());
+                match thread::Builder::new()
+                    .name(format!("fs-worker-{}", threads.len()))
+                    .spawn(move || worker(&rx, &counts))
+                {
+                    Ok(t) => threads.push(t),
+                    Err(e) if threads.is_empty() => {
+                        warn!("cannot start a worker thread: {e}");
+                        self.counts.queued.fetch_sub(1, Ordering::AcqRel);
+                        return Err(job);
+                    }
+                    // The workers there are take it when one is free.
+                    Err(e) => warn!("cannot start another worker thread: {e}"),
+                }
+            }
         }
+        tx.send(job).map_err(|e| {
+            self.counts.queued.fetch_sub(1, Ordering::AcqRel);
+            e.0
+        })
+    }
+
+    /// How many workers have been started.
+    #[cfg(test)]
+    fn started(&self) -> usize {
+        self.threads.locked().len()
     }
 
     /// Stops accepting jobs; workers exit once the queue is drained. With `join`, waits for them.
@@ -58,7 +97,7 @@ impl Pool {
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>) {
+fn worker(rx: &Mutex<Receiver<Job>>, counts: &Counts) {
     if let Err(e) = unshare_fs() {
         warn!("unshare(CLONE_FS) failed in worker: {e}");
     }
@@ -67,10 +106,17 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
     // before the main thread cleared the umask (a race that made mkdir 0777 come out 0755).
     set_umask(0);
     loop {
+        counts.idle.fetch_add(1, Ordering::AcqRel);
         let job = match rx.lock() {
             Ok(rx) => rx.recv(),
-            Err(_) => return,
+            Err(_) => Err(mpsc::RecvError),
         };
+        // No longer idle before the job stops counting as queued: a job queued meanwhile
+        // never sees this worker as free while it is not.
+        counts.idle.fetch_sub(1, Ordering::AcqRel);
+        if job.is_ok() {
+            counts.queued.fetch_sub(1, Ordering::AcqRel);
+        }
         match job {
             Ok(job) => job(),
             Err(_) => return,
@@ -99,6 +145,28 @@ mod tests {
         assert_eq!(rx.recv().unwrap(), 0);
         pool.shutdown(true);
         set_umask(inherited);
+    }
+
+    #[test]
+    fn workers_start_as_jobs_need_them() {
+        let pool = Pool::new(4).unwrap();
+        assert_eq!(pool.started(), 0, "no job, no worker");
+        // Jobs that block until released: each finds no idle worker, up to the size.
+        let gate = Arc::new(std::sync::Barrier::new(5));
+        for _ in 0..4 {
+            let gate = gate.clone();
+            assert!(pool.spawn(Box::new(move || {
+                gate.wait();
+            }))
+            .is_ok());
+        }
+        // A fifth runs once one of the four is free; no fifth worker.
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(pool.spawn(Box::new(move || tx.send(()).unwrap())).is_ok());
+        gate.wait();
+        rx.recv().unwrap();
+        assert_eq!(pool.started(), 4);
+        pool.shutdown(true);
     }
 
     #[test]
