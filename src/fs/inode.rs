@@ -190,17 +190,23 @@ impl Inner {
 
     /// Removes name `entry` (if it names anything) and frees what became unused.
     fn drop_name(&mut self, entry: &Entry) {
-        let Some(id) = self.names.remove(entry) else {
+        self.drop_name_ref(entry.0, &entry.1);
+    }
+
+    /// [`Inner::drop_name`] of `parent/name`, borrowed.
+    fn drop_name_ref(&mut self, parent: u64, name: &CStr) {
+        let Some(id) = self.names.remove(&NameRef(parent, name)) else {
             return;
         };
         if let Some(n) = self.nodes.get_mut(&id) {
-            n.names.retain(|e| e != entry);
+            n.names
+                .retain(|e| !(e.0 == parent && e.1.as_c_str() == name));
         }
-        if let Some(p) = self.nodes.get_mut(&entry.0) {
+        if let Some(p) = self.nodes.get_mut(&parent) {
             p.children -= 1;
         }
         self.reap(id);
-        self.reap(entry.0);
+        self.reap(parent);
     }
 
     /// A new node bound to `found`, with one guest lookup and no name yet; ENFILE when that
@@ -523,7 +529,29 @@ impl InodeTable {
     /// and its descriptor, and lives on until forgotten.
     pub fn unlink(&self, parent: u64, name: &CStr) {
         let mut inner = self.inner.writing();
-        inner.drop_name(&(parent, name.to_owned()));
+        inner.drop_name_ref(parent, name);
+    }
+
+    /// [`InodeTable::unlink`], the node first given the descriptor `kept` for its object
+    /// (see [`InodeTable::reopened`]) if it has none: an unlinked node that the guest still
+    /// holds stays usable. One pass over the table; the descriptor budget is trimmed by the
+    /// next lookup (a node without a name is never closed).
+    pub fn unlink_keeping(&self, parent: u64, name: &CStr, kept: Option<(u64, Key, Arc<OwnedFd>)>) {
+        let mut inner = self.inner.writing();
+        if let Some((id, key, fd)) = kept {
+            let reopened = match inner.nodes.get_mut(&id) {
+                Some(n) if n.key == Some(key) => n.bound.as_mut().is_some_and(|h| {
+                    let closed = h.fd.is_none();
+                    h.fd.get_or_insert(fd);
+                    closed
+                }),
+                _ => false,
+            };
+            if reopened {
+                inner.open.insert(id);
+            }
+        }
+        inner.drop_name_ref(parent, name);
     }
 
     /// EINVAL if moving `oldp/oldn` into directory `newp` would make a directory its own
@@ -802,6 +830,42 @@ mod tests {
             t.forget(*id, 2);
         }
         assert_eq!((t.len(), t.open_fds()), (1, 0));
+    }
+
+    #[test]
+    fn an_unlinked_node_keeps_the_descriptor_given_for_its_object() {
+        let t = InodeTable::with_capacity(1);
+        let a = t
+            .lookup(ROOT_ID, c"a", bind(600, false), Rebind::Yes, usize::MAX)
+            .unwrap();
+        let b = t
+            .lookup(ROOT_ID, c"b", bind(601, false), Rebind::Yes, usize::MAX)
+            .unwrap();
+        assert!(!is_open(&t, a), "closed by the limit");
+        // Another object's descriptor is not taken; the name goes all the same.
+        t.unlink_keeping(ROOT_ID, c"a", Some((a, (1, 999), some_fd())));
+        assert!(!is_open(&t, a));
+        assert_eq!(t.path(a).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        // Its own object's is.
+        let c = t
+            .lookup(ROOT_ID, c"c", bind(602, false), Rebind::Yes, usize::MAX)
+            .unwrap();
+        assert!(!is_open(&t, b) || !is_open(&t, c));
+        let closed = if is_open(&t, b) {
+            (c, c"c", 602)
+        } else {
+            (b, c"b", 601)
+        };
+        t.unlink_keeping(
+            ROOT_ID,
+            closed.1,
+            Some((closed.0, (1, closed.2), some_fd())),
+        );
+        assert!(is_open(&t, closed.0));
+        assert_eq!(
+            t.path(closed.0).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
     }
 
     #[test]

@@ -212,6 +212,12 @@ impl UnionFs {
             self.inodes.reopened(id, key, fd);
         }
     }
+
+    /// After an unlink or rmdir of `parent/name`: the name goes from the node table and the
+    /// node holds the descriptor kept for it, in one pass over the table.
+    pub(crate) fn unlinked(&self, parent: u64, name: &std::ffi::CStr, kept: Kept) {
+        self.inodes.unlink_keeping(parent, name, kept.0);
+    }
 }
 
 /// ESTALE for an error that means the object is not where the node left it.

@@ -155,10 +155,11 @@ mod tests {
         let gate = Arc::new(std::sync::Barrier::new(5));
         for _ in 0..4 {
             let gate = gate.clone();
-            assert!(pool.spawn(Box::new(move || {
-                gate.wait();
-            }))
-            .is_ok());
+            assert!(pool
+                .spawn(Box::new(move || {
+                    gate.wait();
+                }))
+                .is_ok());
         }
         // A fifth runs once one of the four is free; no fifth worker.
         let (tx, rx) = std::sync::mpsc::channel();

@@ -18,8 +18,8 @@ use std::os::fd::AsFd;
 /// Removes `name` from `parent`: a directory when `dir`, otherwise any non-directory.
 pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
     check_name(name)?;
-    let rel = fs.inodes.child_path(parent, name)?;
     let parent_rel = fs.inodes.path(parent)?;
+    let rel = crate::fs::resolve::join(parent_rel.to_bytes(), name.to_bytes());
     let flags = if dir {
         AtFlags::REMOVEDIR
     } else {
@@ -45,9 +45,10 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     }
     // A copy that went is gone whatever the answer: the guest must look the name up again.
     if fold.result().is_ok() {
-        fs.inodes.unlink(parent, name);
+        fs.unlinked(parent, name, kept);
+    } else {
+        fs.kept_open(kept);
     }
-    fs.kept_open(kept);
     fold.result_all()?;
     Ok(())
 }
