@@ -93,7 +93,7 @@ impl UnionFs {
             // A removed branch's nodes are stale, never another branch's objects; but a
             // directory is one union directory across branches, found again by its path.
             Some(Bound::Open(branch, _) | Bound::Closed { branch, .. })
-                if !self.view().branches.is_live(branch) =>
+                if !self.with_view(|v| v.branches.is_live(branch)) =>
             {
                 return self.dir_elsewhere(inode).map(Some);
             }

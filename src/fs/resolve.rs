@@ -21,8 +21,8 @@ use crate::sys::beneath;
 use crate::union::policy::Space;
 use crate::union::Probe;
 
-/// The copies a policy chose (rarely more than two: kept inline).
-pub(crate) type Founds = smallvec::SmallVec<[Found; 2]>;
+/// The copies a policy chose (usually one, kept inline).
+pub(crate) type Founds = smallvec::SmallVec<[Found; 1]>;
 
 /// What a lookup found on one branch.
 pub(crate) struct Found {
@@ -182,7 +182,8 @@ pub(crate) fn check_name(name: &CStr) -> io::Result<()> {
 
 /// The union path of `name` in directory `dir` (`.` is the root).
 pub(crate) fn join(dir: &[u8], name: &[u8]) -> CString {
-    let mut v = Vec::with_capacity(dir.len() + 1 + name.len());
+    // Room for the separator and the NUL `CString::new` adds: no reallocation.
+    let mut v = Vec::with_capacity(dir.len() + 2 + name.len());
     if dir != b"." {
         v.extend_from_slice(dir);
         v.push(b'/');
@@ -271,12 +272,8 @@ impl UnionFs {
         branch: usize,
         f: impl FnOnce(&Arc<Root>) -> T,
     ) -> io::Result<T> {
-        let view = self.view();
-        let root = view
-            .branches
-            .root(branch)
-            .ok_or_else(|| errno(libc::ESTALE))?;
-        Ok(f(root))
+        self.with_view(|v| v.branches.root(branch).map(f))
+            .ok_or_else(|| errno(libc::ESTALE))
     }
 
     /// Runs `func`'s policy on `rel`, returning what the probe opened for each chosen branch.
@@ -544,10 +541,7 @@ impl UnionFs {
             return Ok(None);
         };
         let st = beneath::stat_fd(fd.as_fd())?;
-        let (cow, follow_symlinks) = {
-            let view = self.view();
-            (view.opts.cow, view.opts.follow_symlinks)
-        };
+        let (cow, follow_symlinks) = self.with_view(|v| (v.opts.cow, v.opts.follow_symlinks));
         // Copy-on-write layers: whiteouts are never shown, nor what a layer above hides.
         if cow && (super::cow::is_whiteout(&st) || self.cow_masked(branch, rel)?) {
             return Ok(None);
@@ -593,6 +587,17 @@ impl UnionFs {
 
     /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
     pub(crate) fn dir_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
+        // Without copy-on-write layers, a directory opened by its path is all a lookup would
+        // find; anything else (a symlink to follow, a failure) takes the lookup's way.
+        if !self.with_view(|v| v.opts.cow) {
+            if let Ok(fd) = self.open_on(branch, rel) {
+                if beneath::stat_fd(fd.as_fd())
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                {
+                    return Ok(fd);
+                }
+            }
+        }
         let Some(Found { fd, st, .. }) = self.find_on(branch, rel) else {
             return Err(errno(libc::ENOENT));
         };
@@ -608,7 +613,7 @@ impl UnionFs {
     pub(crate) fn union_ino(&self, st: &stat64, rel: &[u8]) -> u64 {
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         ino_for(
-            self.view().opts.inodecalc,
+            self.with_view(|v| v.opts.inodecalc),
             is_dir,
             rel,
             st.st_dev,
@@ -619,17 +624,18 @@ impl UnionFs {
     /// Whether `symlinkify` shows `f` as a symlink: a regular file without write bits whose
     /// mtime and ctime are both older than `symlinkify_timeout` (mergerfs's rule).
     pub(crate) fn symlinkified(&self, f: &Found) -> bool {
-        let o = &self.view().opts;
-        if !o.symlinkify || f.st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        let Some(timeout) =
+            self.with_view(|v| v.opts.symlinkify.then_some(v.opts.symlinkify_timeout))
+        else {
             return false;
-        }
-        if f.st.st_mode & 0o222 != 0 {
+        };
+        if f.st.st_mode & libc::S_IFMT != libc::S_IFREG || f.st.st_mode & 0o222 != 0 {
             return false;
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let limit = o.symlinkify_timeout.as_secs() as i64;
+        let limit = timeout.as_secs() as i64;
         now - f.st.st_mtime > limit && now - f.st.st_ctime > limit
     }
 
@@ -699,10 +705,8 @@ impl UnionFs {
         let submount = self.submounts_active()
             && st.st_mode & libc::S_IFMT == libc::S_IFDIR
             && crate::sys::beneath::is_mount_root(f.fd.as_fd()).unwrap_or(false);
-        let (attr_timeout, entry_timeout) = {
-            let view = self.view();
-            (view.opts.cache_attr, view.opts.cache_entry)
-        };
+        let (attr_timeout, entry_timeout) =
+            self.with_view(|v| (v.opts.cache_attr, v.opts.cache_entry));
         Ok(Entry {
             inode,
             generation: 0,

@@ -57,6 +57,22 @@ impl UnionFs {
         ViewScope { prev }
     }
 
+    /// Runs `f` on the view of the request being served (the current one outside a
+    /// request) without taking a reference to it: for reading an option or two on a hot
+    /// path. `f` must not pin a view itself.
+    pub(crate) fn with_view<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        PINNED.with(|p| {
+            let pinned = p.borrow();
+            match &*pinned {
+                Some((n, v)) if *n == self.number => f(v),
+                _ => {
+                    drop(pinned);
+                    f(&self.current.load_full())
+                }
+            }
+        })
+    }
+
     /// The view of the request being served (the current one outside a request).
     pub(crate) fn view(&self) -> Arc<View> {
         let pinned = PINNED.with(|p| match &*p.borrow() {

@@ -25,7 +25,7 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
     } else {
         AtFlags::empty()
     };
-    if fs.view().opts.cow {
+    if fs.with_view(|v| v.opts.cow) {
         return cow_remove(fs, ctx, parent, name, &rel, &parent_rel, dir);
     }
     if dir {
