@@ -8,6 +8,8 @@ mod frontend;
 mod init;
 mod io;
 mod meta;
+#[cfg(test)]
+mod meta_tests;
 mod opcode;
 mod own;
 mod pool;

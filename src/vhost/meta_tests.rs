@@ -1,0 +1,404 @@
+//! The metadata requests served by `meta.rs` get the replies fuse-backend-rs's `Server`
+//! gives, byte for byte: each request is served by the dispatcher and by a `Server` over the
+//! same filesystem, from the same bytes, and the replies are compared (successes, errors,
+//! listings cut by the guest's buffer, malformed names).
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::size_of;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuse_backend_rs::abi::fuse_abi::{
+    stat64, BatchForgetIn, CreateIn, FlushIn, ForgetIn, ForgetOne, FsOptions, GetattrIn, InHeader,
+    MkdirIn, Opcode, OpenIn, OpenOptions, ReadIn, ReleaseIn, SetattrIn, SetattrValid,
+};
+use fuse_backend_rs::api::filesystem::{Context, DirEntry, Entry, FileSystem};
+use fuse_backend_rs::api::server::Server;
+use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
+use virtio_bindings::virtio_ring::VRING_DESC_F_WRITE;
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::Dispatcher;
+
+type Mem = GuestMemoryMmap<crate::vhost::backend::Logged>;
+
+const REQ_ADDR: u64 = 0x10_0000;
+const REPLY_ADDR: u64 = 0x80_0000;
+
+/// Answers every call from its arguments alone (so two instances answer alike): names
+/// starting with `e` fail with the errno of their second byte, others succeed with
+/// attributes derived from the name and node.
+struct Echo;
+
+impl crate::fs::own::OwnOps for Echo {}
+impl crate::fs::session::Sessions for Echo {}
+
+fn attr_of(seed: u64) -> stat64 {
+    let mut st = crate::sys::abi::zeroed_stat();
+    st.st_ino = seed;
+    st.st_mode = libc::S_IFREG | (seed as u32 & 0o777);
+    st.st_size = (seed * 7) as i64;
+    st.st_nlink = 1 + seed % 3;
+    st.st_mtime = seed as i64;
+    st
+}
+
+fn seed_of(node: u64, name: &CStr) -> io::Result<u64> {
+    let b = name.to_bytes();
+    if b.first() == Some(&b'e') {
+        return Err(io::Error::from_raw_os_error(i32::from(
+            *b.get(1).unwrap_or(&5),
+        )));
+    }
+    Ok(b.iter()
+        .fold(node, |h, c| h.wrapping_mul(31).wrapping_add(u64::from(*c))))
+}
+
+fn entry_of(seed: u64) -> Entry {
+    Entry {
+        inode: seed,
+        generation: 3,
+        attr: attr_of(seed),
+        attr_flags: 0,
+        attr_timeout: Duration::new(seed % 5, 17),
+        entry_timeout: Duration::new(seed % 7, 9),
+    }
+}
+
+impl FileSystem for Echo {
+    type Inode = u64;
+    type Handle = u64;
+
+    fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
+        Ok(FsOptions::empty())
+    }
+    fn lookup(&self, _: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        seed_of(parent, name).map(entry_of)
+    }
+    fn getattr(&self, _: &Context, node: u64, fh: Option<u64>) -> io::Result<(stat64, Duration)> {
+        Ok((attr_of(node + fh.unwrap_or(0)), Duration::new(1, 2)))
+    }
+    fn setattr(
+        &self,
+        _: &Context,
+        node: u64,
+        attr: stat64,
+        fh: Option<u64>,
+        valid: SetattrValid,
+    ) -> io::Result<(stat64, Duration)> {
+        if node == 66 {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        let seed = node + u64::from(attr.st_mode) + fh.unwrap_or(0) + u64::from(valid.bits());
+        Ok((attr_of(seed), Duration::new(3, 4)))
+    }
+    fn mkdir(&self, _: &Context, p: u64, name: &CStr, mode: u32, umask: u32) -> io::Result<Entry> {
+        seed_of(p + u64::from(mode) + u64::from(umask), name).map(entry_of)
+    }
+    fn unlink(&self, _: &Context, p: u64, name: &CStr) -> io::Result<()> {
+        seed_of(p, name).map(drop)
+    }
+    fn rmdir(&self, _: &Context, p: u64, name: &CStr) -> io::Result<()> {
+        seed_of(p, name).map(drop)
+    }
+    fn create(
+        &self,
+        _: &Context,
+        p: u64,
+        name: &CStr,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
+        let seed = seed_of(p + u64::from(args.flags), name)?;
+        Ok((
+            entry_of(seed),
+            Some(seed + 1),
+            OpenOptions::KEEP_CACHE,
+            None,
+        ))
+    }
+    fn open(
+        &self,
+        _: &Context,
+        node: u64,
+        flags: u32,
+        _fuse_flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
+        if node == 66 {
+            return Err(io::Error::from_raw_os_error(libc::EACCES));
+        }
+        Ok((Some(node + u64::from(flags)), OpenOptions::DIRECT_IO, None))
+    }
+    fn opendir(
+        &self,
+        _: &Context,
+        node: u64,
+        flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions)> {
+        Ok((Some(node * 2 + u64::from(flags)), OpenOptions::CACHE_DIR))
+    }
+    fn flush(&self, _: &Context, node: u64, _fh: u64, _owner: u64) -> io::Result<()> {
+        (node != 66)
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EIO))
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn release(
+        &self,
+        _: &Context,
+        node: u64,
+        _flags: u32,
+        _fh: u64,
+        _flush: bool,
+        _flock: bool,
+        _owner: Option<u64>,
+    ) -> io::Result<()> {
+        (node != 66)
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EBADF))
+    }
+    fn releasedir(&self, _: &Context, node: u64, _flags: u32, _fh: u64) -> io::Result<()> {
+        (node != 66)
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EBADF))
+    }
+    fn readdir(
+        &self,
+        _: &Context,
+        node: u64,
+        _fh: u64,
+        _size: u32,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.readdirplus(&Context::default(), node, 0, 0, offset, &mut |d, _| add(d))
+    }
+    fn readdirplus(
+        &self,
+        _: &Context,
+        node: u64,
+        _fh: u64,
+        _size: u32,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        if node == 66 {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        for i in offset..40 {
+            // Names of every length from 1 to 40 bytes: each padding case.
+            let name = vec![b'a' + (i % 26) as u8; i as usize + 1];
+            let d = DirEntry {
+                ino: 100 + i,
+                offset: i + 1,
+                type_: libc::DT_REG.into(),
+                name: &name,
+            };
+            if add(d, entry_of(200 + i))? == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn header(op: Opcode, node: u64, body_len: usize) -> InHeader {
+    InHeader {
+        len: (size_of::<InHeader>() + body_len) as u32,
+        opcode: op as u32,
+        unique: 0x1234_5678,
+        nodeid: node,
+        uid: 1000,
+        gid: 1000,
+        pid: 42,
+        ..Default::default()
+    }
+}
+
+fn request(op: Opcode, node: u64, parts: &[&[u8]]) -> Vec<u8> {
+    let body: Vec<u8> = parts.concat();
+    let mut v = header(op, node, body.len()).as_slice().to_vec();
+    v.extend_from_slice(&body);
+    v
+}
+
+/// The chain: the request in one readable descriptor, `reply_len` writable bytes.
+fn chain_of<'m>(
+    mem: &'m Mem,
+    vq: &'m MockSplitQueue<'m, Mem>,
+    request: &[u8],
+    reply_len: u32,
+) -> virtio_queue::DescriptorChain<&'m Mem> {
+    mem.write_slice(request, GuestAddress(REQ_ADDR)).unwrap();
+    mem.write_slice(&vec![0xee; reply_len as usize], GuestAddress(REPLY_ADDR))
+        .unwrap();
+    let descs = [
+        RawDescriptor::from(SplitDescriptor::new(
+            REQ_ADDR,
+            request.len() as u32,
+            virtio_bindings::virtio_ring::VRING_DESC_F_NEXT as u16,
+            1,
+        )),
+        RawDescriptor::from(SplitDescriptor::new(
+            REPLY_ADDR,
+            reply_len,
+            VRING_DESC_F_WRITE as u16,
+            0,
+        )),
+    ];
+    vq.build_desc_chain(&descs).unwrap()
+}
+
+fn reply_at(mem: &Mem, used: usize) -> Vec<u8> {
+    let mut reply = vec![0u8; used];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    reply
+}
+
+/// (used length, reply bytes) from the dispatcher and from a `Server`.
+fn both(request: &[u8], reply_len: u32) -> ((usize, Vec<u8>), (usize, Vec<u8>)) {
+    let mem = Mem::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap();
+    let vq = MockSplitQueue::new(&mem, 16);
+    let d = Dispatcher::new(Echo, 256);
+    let ring = super::Ring {
+        table: vq.desc_table_addr(),
+        size: 16,
+    };
+    let used = d.handle(chain_of(&mem, &vq, request, reply_len), ring, 16) as usize;
+    let ours = (used, reply_at(&mem, used));
+    let server = Server::new(Arc::new(Echo));
+    let chain = chain_of(&mem, &vq, request, reply_len);
+    let r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
+    let w = VirtioFsWriter::new(&mem, chain).unwrap();
+    let used = server.handle_message(r, w.into(), None, None).unwrap_or(0);
+    let theirs = (used, reply_at(&mem, used));
+    (ours, theirs)
+}
+
+fn same(what: &str, request: &[u8], reply_len: u32) {
+    let (ours, theirs) = both(request, reply_len);
+    assert_eq!(ours, theirs, "{what}");
+}
+
+#[test]
+fn metadata_replies_are_the_servers_byte_for_byte() {
+    use Opcode as O;
+    let name = b"file\0".as_slice();
+    let failing = b"e\x0d\0".as_slice(); // EACCES
+    for n in [name, failing] {
+        same("lookup", &request(O::Lookup, 9, &[n]), 4096);
+        same("unlink", &request(O::Unlink, 9, &[n]), 4096);
+        same("rmdir", &request(O::Rmdir, 9, &[n]), 4096);
+        let mk = MkdirIn {
+            mode: 0o755,
+            umask: 0o22,
+        };
+        same("mkdir", &request(O::Mkdir, 9, &[mk.as_slice(), n]), 4096);
+        let cr = CreateIn {
+            flags: libc::O_RDWR as u32,
+            mode: 0o644,
+            umask: 0o22,
+            fuse_flags: 0,
+        };
+        same("create", &request(O::Create, 9, &[cr.as_slice(), n]), 4096);
+    }
+    // A name with bytes after its NUL is cut at the NUL, as the Server's bytes_to_cstr does.
+    same("name+junk", &request(O::Lookup, 9, &[b"ab\0cd\0"]), 4096);
+    for node in [5, 66] {
+        for (flags, fh) in [(0, 0), (1, 77)] {
+            let g = GetattrIn {
+                flags,
+                dummy: 0,
+                fh,
+            };
+            same("getattr", &request(O::Getattr, node, &[g.as_slice()]), 4096);
+        }
+        let s = SetattrIn {
+            valid: (SetattrValid::MODE.bits() | 0x40),
+            fh: 12,
+            mode: 0o600,
+            ..Default::default()
+        };
+        same("setattr", &request(O::Setattr, node, &[s.as_slice()]), 4096);
+        let o = OpenIn {
+            flags: libc::O_RDONLY as u32,
+            fuse_flags: 0,
+        };
+        same("open", &request(O::Open, node, &[o.as_slice()]), 4096);
+        same("opendir", &request(O::Opendir, node, &[o.as_slice()]), 4096);
+        let f = FlushIn {
+            fh: 3,
+            unused: 0,
+            padding: 0,
+            lock_owner: 9,
+        };
+        same("flush", &request(O::Flush, node, &[f.as_slice()]), 4096);
+        let rel = ReleaseIn {
+            fh: 3,
+            flags: 0,
+            release_flags: 1,
+            lock_owner: 9,
+        };
+        same(
+            "release",
+            &request(O::Release, node, &[rel.as_slice()]),
+            4096,
+        );
+        same(
+            "releasedir",
+            &request(O::Releasedir, node, &[rel.as_slice()]),
+            4096,
+        );
+        // Listings from several offsets, into buffers that cut them at every padding case.
+        for (offset, size) in [
+            (0, 4096),
+            (3, 300),
+            (10, 97),
+            (39, 4096),
+            (40, 4096),
+            (0, 0),
+        ] {
+            let r = ReadIn {
+                offset,
+                size,
+                ..Default::default()
+            };
+            same("readdir", &request(O::Readdir, node, &[r.as_slice()]), 4096);
+            same(
+                "readdirplus",
+                &request(O::Readdirplus, node, &[r.as_slice()]),
+                4096,
+            );
+        }
+        // A listing larger than the reply buffer: ENOMEM from both.
+        let r = ReadIn {
+            size: 8192,
+            ..Default::default()
+        };
+        same(
+            "readdir ENOMEM",
+            &request(O::Readdirplus, node, &[r.as_slice()]),
+            4096,
+        );
+    }
+    // No replies to forgets.
+    let f = ForgetIn { nlookup: 3 };
+    same("forget", &request(O::Forget, 9, &[f.as_slice()]), 4096);
+    let b = BatchForgetIn { count: 2, dummy: 0 };
+    let one = ForgetOne {
+        nodeid: 5,
+        nlookup: 1,
+    };
+    same(
+        "batch_forget",
+        &request(
+            O::BatchForget,
+            0,
+            &[b.as_slice(), one.as_slice(), one.as_slice()],
+        ),
+        4096,
+    );
+}
