@@ -537,21 +537,25 @@ impl InodeTable {
     /// holds stays usable. One pass over the table; the descriptor budget is trimmed by the
     /// next lookup (a node without a name is never closed).
     pub fn unlink_keeping(&self, parent: u64, name: &CStr, kept: Option<(u64, Key, Arc<OwnedFd>)>) {
+        // A descriptor not taken is closed after the table is let go.
+        let mut spare = None;
         let mut inner = self.inner.writing();
         if let Some((id, key, fd)) = kept {
-            let reopened = match inner.nodes.get_mut(&id) {
-                Some(n) if n.key == Some(key) => n.bound.as_mut().is_some_and(|h| {
-                    let closed = h.fd.is_none();
-                    h.fd.get_or_insert(fd);
-                    closed
-                }),
-                _ => false,
+            let slot = match inner.nodes.get_mut(&id) {
+                Some(n) if n.key == Some(key) => n.bound.as_mut().map(|h| &mut h.fd),
+                _ => None,
             };
-            if reopened {
-                inner.open.insert(id);
+            match slot {
+                Some(slot @ None) => {
+                    *slot = Some(fd);
+                    inner.open.insert(id);
+                }
+                _ => spare = Some(fd),
             }
         }
         inner.drop_name_ref(parent, name);
+        drop(inner);
+        drop(spare);
     }
 
     /// EINVAL if moving `oldp/oldn` into directory `newp` would make a directory its own

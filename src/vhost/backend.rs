@@ -253,9 +253,9 @@ where
     }
 
     /// Pops every available chain of `vring` and serves it: cheap requests right here, where
-    /// a thread hand-off would cost more than the request itself; costly ones (see
-    /// [`super::dispatch::placement`]) on a worker when there is a pool and another request
-    /// waits behind them, here when none does.
+    /// a thread hand-off would cost more than the request itself; costly ones (the opcode
+    /// table's cost, decided in [`super::dispatch::Dispatcher::serve_or_defer`]) on a worker
+    /// when there is a pool and another request waits behind them, here when none does.
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         let pop = || {

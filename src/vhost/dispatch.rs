@@ -1,9 +1,12 @@
-//! Serves one FUSE request from one descriptor chain. The header is read from guest memory
-//! once; what happens next is decided by the opcode table (`opcode.rs`): INIT, READ and WRITE
-//! are served here, other known opcodes by fuse-backend-rs's `Server` from a private copy of
-//! the request (so the guest cannot change a request between the checks made on it and its
-//! use), the rest get ENOSYS. Every request that needs a reply gets one. Guest input is
-//! untrusted: nothing here may panic on it.
+//! Serves one FUSE request from one descriptor chain, walked once. The header is read from
+//! guest memory once; where the request runs and who answers it is decided by the opcode
+//! table (`opcode.rs`): READ and WRITE from the chain's buffers (`io.rs`), the frequent
+//! metadata requests from a private copy of their body straight into the reply buffers
+//! (`meta.rs`), INIT and the daemon's other handlers (`own.rs`), the remaining known opcodes
+//! by fuse-backend-rs's `Server` from a private copy of the request (a copy, so the guest
+//! cannot change a request between the checks made on it and its use), the rest ENOSYS.
+//! Every request that needs a reply gets one. Guest input is untrusted: nothing here may
+//! panic on it.
 
 use std::cell::RefCell;
 use std::mem::size_of;
@@ -362,7 +365,7 @@ where
                 if w.available() < info.min_reply {
                     return reply_errno(&mut w, hdr.unique, libc::EINVAL);
                 }
-                self.serve_direct(op, hdr, r, w)
+                self.serve_direct(op, info.replies, hdr, r, w)
             }
             ServedBy::Library => {
                 let room = w.available();
@@ -419,12 +422,21 @@ where
     fn serve_direct(
         &self,
         op: Meta,
+        replies: bool,
         hdr: &InHeader,
         mut r: Cursor<'_, '_, Mapped<'_>>,
         mut w: Cursor<'_, '_, Mapped<'_>>,
     ) -> Result<usize, RequestError> {
+        // As the `Server`: a request over its size cap gets ENOMEM (a forget, nothing).
+        if hdr.len as usize > SERVER_MAX_REQUEST {
+            return match replies {
+                true => reply_errno(&mut w, hdr.unique, libc::ENOMEM),
+                false => Ok(0),
+            };
+        }
         let (hdr, ext) = match self.body_of(hdr, &mut r) {
             Ok(got) => got,
+            Err(_) if !replies => return Ok(0),
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
         let mut body: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
@@ -435,7 +447,10 @@ where
         r.read_exact(&mut body).map_err(RequestError::Decode)?;
         let mut ctx = Context::from(&hdr);
         if let Err(e) = self.fs.id_remap(&mut ctx) {
-            return reply_io_error(&mut w, hdr.unique, &e);
+            return match replies {
+                true => reply_io_error(&mut w, hdr.unique, &e),
+                false => Ok(0),
+            };
         }
         secctx::scoped(ext, || self.serve_meta(op, &ctx, &hdr, &body, &mut w))
     }

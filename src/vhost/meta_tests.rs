@@ -384,6 +384,10 @@ fn metadata_replies_are_the_servers_byte_for_byte() {
             4096,
         );
     }
+    // A length over the Server's cap (1 MiB and 4 KiB): ENOMEM from both, whatever follows.
+    let mut big = request(O::Lookup, 9, &[name]);
+    big[..4].copy_from_slice(&(2u32 << 20).to_ne_bytes());
+    same("oversized", &big, 4096);
     // No replies to forgets.
     let f = ForgetIn { nlookup: 3 };
     same("forget", &request(O::Forget, 9, &[f.as_slice()]), 4096);

@@ -93,11 +93,15 @@ pub fn reply_errno<W: Write + ?Sized>(
     Ok(out.len as usize)
 }
 
-/// Writes an error reply for a filesystem error, EIO when it carries no errno.
+/// Writes an error reply for a filesystem error; one without an errno gets the `Server`'s
+/// mapping of its kind (EIO for the rest).
 pub fn reply_io_error<W: Write + ?Sized>(
     w: &mut W,
     unique: u64,
     err: &io::Error,
 ) -> Result<usize, RequestError> {
-    reply_errno(w, unique, err.raw_os_error().unwrap_or(libc::EIO))
+    let errno = err
+        .raw_os_error()
+        .unwrap_or_else(|| fuse_backend_rs::encode_io_error_kind(err.kind()));
+    reply_errno(w, unique, errno)
 }
