@@ -108,7 +108,7 @@ impl UnionFs {
         for (dst, st) in made.iter().rev() {
             let times = times_of(st);
             let path = beneath::proc_path(dst.as_fd());
-            rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::empty())?;
+            rustix::fs::utimensat(rustix::fs::CWD, &path, &times, AtFlags::empty())?;
         }
         Ok(())
     }

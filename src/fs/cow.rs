@@ -40,7 +40,7 @@ pub(crate) fn is_whiteout(st: &stat64) -> bool {
 fn is_opaque(fd: BorrowedFd<'_>) -> bool {
     let mut v = [0u8; 2];
     matches!(
-        rustix::fs::getxattr(beneath::proc_path(fd), OPAQUE, &mut v[..]),
+        rustix::fs::getxattr(&beneath::proc_path(fd), OPAQUE, &mut v[..]),
         Ok(1) if v[0] == b'y'
     )
 }
@@ -219,7 +219,7 @@ impl UnionFs {
     pub(crate) fn make_opaque(&self, dir: &impl AsFd, name: &CStr) -> io::Result<()> {
         let fd = beneath::open_path(dir.as_fd(), name)?;
         Ok(rustix::fs::setxattr(
-            beneath::proc_path(fd.as_fd()),
+            &beneath::proc_path(fd.as_fd()),
             OPAQUE,
             b"y",
             rustix::fs::XattrFlags::empty(),
@@ -324,7 +324,7 @@ impl UnionFs {
         self.remove_whiteout(dir, name)?;
         rustix::fs::linkat(
             rustix::fs::CWD,
-            beneath::proc_path(copy.fd.as_fd()),
+            &beneath::proc_path(copy.fd.as_fd()),
             dir,
             name,
             AtFlags::SYMLINK_FOLLOW,

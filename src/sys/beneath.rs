@@ -95,7 +95,8 @@ pub fn proc_path(fd: BorrowedFd<'_>) -> ProcPath {
 const PROC_PATH_ROOM: usize = 32;
 
 /// A descriptor's magic-link name ([`proc_path`]), built on the stack: no allocation on the
-/// paths (chmod, utimens, xattrs, re-opens) that use one per request.
+/// paths (chmod, utimens, xattrs, re-opens) that use one per request. Passed by reference
+/// where rustix takes a path.
 pub struct ProcPath {
     buf: [u8; PROC_PATH_ROOM],
     /// Bytes before the NUL.
@@ -117,35 +118,6 @@ impl ProcPath {
 impl std::fmt::Display for ProcPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&String::from_utf8_lossy(&self.buf[..self.len]))
-    }
-}
-
-impl rustix::path::Arg for ProcPath {
-    fn as_str(&self) -> rustix::io::Result<&str> {
-        std::str::from_utf8(&self.buf[..self.len]).map_err(|_| rustix::io::Errno::INVAL)
-    }
-
-    fn to_string_lossy(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.buf[..self.len])
-    }
-
-    fn as_cow_c_str(&self) -> rustix::io::Result<std::borrow::Cow<'_, CStr>> {
-        Ok(std::borrow::Cow::Borrowed(self.as_c_str()))
-    }
-
-    fn into_c_str<'b>(self) -> rustix::io::Result<std::borrow::Cow<'b, CStr>>
-    where
-        Self: 'b,
-    {
-        Ok(std::borrow::Cow::Owned(self.as_c_str().to_owned()))
-    }
-
-    fn into_with_c_str<T, F>(self, f: F) -> rustix::io::Result<T>
-    where
-        Self: Sized,
-        F: FnOnce(&CStr) -> rustix::io::Result<T>,
-    {
-        f(self.as_c_str())
     }
 }
 
@@ -182,7 +154,7 @@ impl rustix::path::Arg for &ProcPath {
 /// file type (never a device or FIFO) on `fd` first: the magic link reaches that same inode.
 pub fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> io::Result<OwnedFd> {
     let flags = (flags | OFlags::CLOEXEC) & !(OFlags::NOFOLLOW | OFlags::CREATE | OFlags::EXCL);
-    Ok(rustix::fs::open(proc_path(fd), flags, Mode::empty())?)
+    Ok(rustix::fs::open(&proc_path(fd), flags, Mode::empty())?)
 }
 
 /// An unnamed regular file (`O_TMPFILE`) in directory `dir`, opened with `flags`.
@@ -194,7 +166,7 @@ pub fn open_tmpfile(dir: BorrowedFd<'_>, flags: OFlags, mode: Mode) -> io::Resul
 /// An `O_PATH` descriptor of what open descriptor `fd` refers to (for a node to keep).
 pub fn reopen_path(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
-        proc_path(fd),
+        &proc_path(fd),
         OFlags::PATH | OFlags::CLOEXEC,
         Mode::empty(),
     )?)

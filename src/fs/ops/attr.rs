@@ -125,7 +125,7 @@ fn apply(
         // from the start (a guest caller in it through a supplementary group keeps the bit).
         fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::Always, || {
             Ok(rustix::fs::chmod(
-                beneath::proc_path(f.fd.as_fd()),
+                &beneath::proc_path(f.fd.as_fd()),
                 Mode::from_raw_mode(attr.st_mode & 0o7777),
             )?)
         })?;
@@ -217,7 +217,7 @@ fn apply(
             fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
                 Ok(rustix::fs::utimensat(
                     rustix::fs::CWD,
-                    beneath::proc_path(f.fd.as_fd()),
+                    &beneath::proc_path(f.fd.as_fd()),
                     &t,
                     AtFlags::empty(),
                 )?)
@@ -253,7 +253,7 @@ pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<
     fs.as_caller(ctx, &[f.fd.as_fd()], &[], Groups::OnRefusal, || {
         Ok(rustix::fs::accessat(
             rustix::fs::CWD,
-            beneath::proc_path(f.fd.as_fd()),
+            &beneath::proc_path(f.fd.as_fd()),
             access,
             AtFlags::EACCESS,
         )?)

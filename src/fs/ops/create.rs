@@ -75,7 +75,7 @@ fn make_labelled<T>(
     let _daemon = creds::as_daemon();
     let labelled = beneath::open_path(dir, &tmp).and_then(|p| {
         rustix::fs::setxattr(
-            beneath::proc_path(p.as_fd()),
+            &beneath::proc_path(p.as_fd()),
             xattr.as_ref(),
             &label.value,
             rustix::fs::XattrFlags::empty(),

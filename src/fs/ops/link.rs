@@ -179,7 +179,7 @@ fn link_unnamed(
         fs.as_caller(ctx, &[nd.as_fd()], &[], Groups::OnRefusal, || {
             Ok(rustix::fs::linkat(
                 rustix::fs::CWD,
-                crate::sys::beneath::proc_path(std::os::fd::AsFd::as_fd(&*fd)),
+                &crate::sys::beneath::proc_path(std::os::fd::AsFd::as_fd(&*fd)),
                 &nd,
                 newname,
                 AtFlags::SYMLINK_FOLLOW,
