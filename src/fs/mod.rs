@@ -10,6 +10,7 @@ pub mod control;
 mod cow;
 mod handle;
 pub mod idmap;
+mod ino;
 mod inode;
 mod lockstate;
 mod movefile;

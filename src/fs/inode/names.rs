@@ -1,11 +1,15 @@
-//! The name side of the node table: a lookup that finds or makes the node for a name, and
-//! moving a name (rename). Split from `inode.rs` (same types, its private items).
+//! The name side of the node table: a lookup that finds or makes the node for a name, union
+//! paths from names, removing and moving names (unlink, rename, exchange). Split from
+//! `inode.rs` (same types, its private items).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use super::{err, Bind, Entry, Inner, NameRef, Rebind};
+use super::{err, Bind, Entry, Inner, InodeTable, Key, NameRef, Node, Rebind, ROOT_ID};
+use crate::sync::RwRecover;
 
 impl Inner {
     /// See [`InodeTable::lookup`].
@@ -96,5 +100,162 @@ impl Inner {
         }
         self.names.insert(to, id);
         self.reap(from.0);
+    }
+}
+
+impl InodeTable {
+    /// The union-relative path of `id` (`.` for the root), or EBADF for an unknown id and
+    /// ENOENT for a node (or an ancestor) that no longer has a name.
+    pub fn path(&self, id: u64) -> io::Result<CString> {
+        self.path_with(id, None)
+    }
+
+    /// The path of the child `name` of `parent` (which need not be in the table).
+    pub fn child_path(&self, parent: u64, name: &CStr) -> io::Result<CString> {
+        self.path_with(parent, Some(name))
+    }
+
+    /// [`InodeTable::path`] of `id`, with `child` appended: built in one allocation.
+    fn path_with(&self, id: u64, child: Option<&CStr>) -> io::Result<CString> {
+        let inner = self.inner.reading();
+        let mut parts: smallvec::SmallVec<[&CStr; 16]> = smallvec::SmallVec::new();
+        let mut cur = id;
+        while cur != ROOT_ID {
+            let n = inner.nodes.get(&cur).ok_or_else(|| err(libc::EBADF))?;
+            let (parent, name) = n.names.first().ok_or_else(|| err(libc::ENOENT))?;
+            parts.push(name);
+            cur = *parent;
+            if parts.len() > inner.nodes.len() {
+                return Err(err(libc::ELOOP));
+            }
+        }
+        if parts.is_empty() && child.is_none() {
+            return Ok(c".".to_owned());
+        }
+        let len = parts
+            .iter()
+            .chain(&child)
+            .map(|p| p.count_bytes() + 1)
+            .sum();
+        let mut out = Vec::with_capacity(len);
+        for p in parts.iter().rev().chain(&child) {
+            if !out.is_empty() {
+                out.push(b'/');
+            }
+            out.extend_from_slice(p.to_bytes());
+        }
+        Ok(CString::new(out).expect("names never contain NUL"))
+    }
+
+    /// The node named `parent/name`, with the object it is bound to.
+    pub fn child(&self, parent: u64, name: &CStr) -> Option<(u64, Key)> {
+        let inner = self.inner.reading();
+        let id = *inner.names.get(&NameRef(parent, name))?;
+        Some((id, inner.nodes.get(&id)?.key?))
+    }
+
+    /// [`InodeTable::lookup`] when `parent/name` already names the node of object `key` and
+    /// the lookup would not bind it (it is open, or `rebind` is [`Rebind::No`]): one more
+    /// guest reference, and its node. `None` otherwise, for the full lookup.
+    pub fn lookup_known(&self, parent: u64, name: &CStr, key: Key, rebind: Rebind) -> Option<u64> {
+        let mut inner = self.inner.writing();
+        if self.panic_on.as_deref() == Some(name) {
+            return None;
+        }
+        let id = *inner.names.get(&NameRef(parent, name))?;
+        let n = inner.nodes.get_mut(&id)?;
+        let closed = n.bound.as_ref().is_none_or(|h| h.fd.is_none());
+        if n.key != Some(key) || (rebind == Rebind::Yes && closed) {
+            return None;
+        }
+        n.lookups += 1;
+        inner.touch(id, self.tick());
+        Some(id)
+    }
+
+    /// Removes the name `parent/name` after an unlink or rmdir. The node keeps its other names
+    /// and its descriptor, and lives on until forgotten.
+    pub fn unlink(&self, parent: u64, name: &CStr) {
+        let mut inner = self.inner.writing();
+        inner.drop_name_ref(parent, name);
+    }
+
+    /// [`InodeTable::unlink`], the node first given the descriptor `kept` for its object
+    /// (see [`InodeTable::reopened`]) if it has none: an unlinked node that the guest still
+    /// holds stays usable. One pass over the table; the descriptor budget is trimmed by the
+    /// next lookup (a node without a name is never closed).
+    pub fn unlink_keeping(&self, parent: u64, name: &CStr, kept: Option<(u64, Key, Arc<OwnedFd>)>) {
+        // A descriptor not taken is closed after the table is let go.
+        let mut spare = None;
+        let mut inner = self.inner.writing();
+        if let Some((id, key, fd)) = kept {
+            let slot = match inner.nodes.get_mut(&id) {
+                Some(n) if n.key == Some(key) => n.bound.as_mut().map(|h| &mut h.fd),
+                _ => None,
+            };
+            match slot {
+                Some(slot @ None) => {
+                    *slot = Some(fd);
+                    inner.open.insert(id);
+                }
+                _ => spare = Some(fd),
+            }
+        }
+        inner.drop_name_ref(parent, name);
+        drop(inner);
+        drop(spare);
+    }
+
+    /// EINVAL if moving `oldp/oldn` into directory `newp` would make a directory its own
+    /// ancestor (checked before the host rename, whose own check cannot see union paths).
+    pub fn check_move(&self, oldp: u64, oldn: &CStr, newp: u64) -> io::Result<()> {
+        let inner = self.inner.reading();
+        match inner.names.get(&NameRef(oldp, oldn)) {
+            Some(&id) if inner.is_ancestor_or_self(id, newp) => Err(err(libc::EINVAL)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Moves the name `oldp/oldn` to `newp/newn` after a rename; the name that was at the
+    /// target goes (unless both named the same object, when rename(2) changes nothing).
+    pub fn rename(&self, oldp: u64, oldn: &CStr, newp: u64, newn: &CStr) {
+        let mut inner = self.inner.writing();
+        let old = (oldp, oldn.to_owned());
+        let new = (newp, newn.to_owned());
+        let src = inner.names.get(&old).copied();
+        if src.is_some() && src == inner.names.get(&new).copied() {
+            return;
+        }
+        inner.drop_name(&new);
+        if let Some(id) = src {
+            inner.move_name(&old, new, id);
+        }
+    }
+
+    /// Swaps the names `ap/an` and `bp/bn` after a RENAME_EXCHANGE.
+    pub fn exchange(&self, ap: u64, an: &CStr, bp: u64, bn: &CStr) {
+        let mut inner = self.inner.writing();
+        let ea = (ap, an.to_owned());
+        let eb = (bp, bn.to_owned());
+        let a = inner.names.get(&ea).copied();
+        let b = inner.names.get(&eb).copied();
+        match (a, b) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => {
+                // Each parent keeps one entry: only the names swap.
+                inner.names.insert(ea.clone(), b);
+                inner.names.insert(eb.clone(), a);
+                let swap = |n: &mut Node, from: &Entry, to: &Entry| {
+                    if let Some(slot) = n.names.iter_mut().find(|e| *e == from) {
+                        *slot = to.clone();
+                    }
+                };
+                swap(inner.nodes.get_mut(&a).expect("named"), &ea, &eb);
+                swap(inner.nodes.get_mut(&b).expect("named"), &eb, &ea);
+            }
+            (Some(a), None) => inner.move_name(&ea, eb, a),
+            (None, Some(b)) => inner.move_name(&eb, ea, b),
+            (None, None) => {}
+        }
     }
 }
