@@ -224,21 +224,16 @@ impl UnionFs {
         let view = self.view();
         let policy = view.opts.policies.get(func);
         let cat = func.category();
-        let first = policy.first_existing(cat);
-        if first || policy.every_existing(cat) {
-            // The defaults (ff to search, epall to act): the branches holding `rel` that
-            // `cat` may use, in order, as the policy would choose them, with no probe set up.
+        // (A first-found search never gets here: `search` stops at the first copy itself.)
+        if policy.every_existing(cat) {
+            // The default action policy (epall): every branch holding `rel` that `cat` may
+            // use, in order, as the policy would choose them, with no probe set up.
             let mut out = Founds::new();
             let mut fold = crate::union::ErrnoFold::new();
             let mut failure = None;
             for (pos, info) in view.branches.infos().iter().enumerate() {
                 match self.lookup_on(view.branches.id_at(pos), rel) {
-                    Ok(Some(f)) if cat.allows(info.mode) => {
-                        out.push(f);
-                        if first {
-                            break;
-                        }
-                    }
+                    Ok(Some(f)) if cat.allows(info.mode) => out.push(f),
                     Ok(Some(_)) => fold.err(libc::EROFS),
                     Ok(None) => fold.err(libc::ENOENT),
                     Err(e) => {
@@ -257,7 +252,6 @@ impl UnionFs {
             return Ok(out);
         }
         drop(view);
-        let policy = self.view().opts.policies.get(func);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
             .select(func.category(), probe.infos(), rel.to_bytes(), &probe)

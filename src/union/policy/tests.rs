@@ -220,6 +220,24 @@ fn non_create_categories_use_the_existing_path_twin() {
     assert_eq!(sel("erofs", Search, &b, "d", &f), Err(libc::EROFS));
 }
 
+/// `n` branches of 1G free each; branch `b` holds "p" when bit `b` of `mask` is set.
+fn holding_p(n: usize, mask: u8) -> Fake {
+    Fake {
+        paths: (0..n)
+            .map(|b| {
+                if mask & (1 << b) != 0 {
+                    vec!["p"]
+                } else {
+                    vec![]
+                }
+            })
+            .collect(),
+        space: vec![(G, G); n],
+        mtimes: vec![],
+        rand: Cell::new(0),
+    }
+}
+
 /// `first_existing` promises a caller may stop at the first branch holding the path: for
 /// every policy, category and existence pattern over three branches of mixed modes, the
 /// policy's own first choice is exactly that branch (or it fails when there is none).
@@ -234,20 +252,7 @@ fn first_existing_policies_choose_the_first_branch_holding_the_path() {
             }
             claimed += 1;
             for mask in 0u8..8 {
-                let fake = Fake {
-                    paths: (0..3)
-                        .map(|b| {
-                            if mask & (1 << b) != 0 {
-                                vec!["p"]
-                            } else {
-                                vec![]
-                            }
-                        })
-                        .collect(),
-                    space: vec![(G, G); 3],
-                    mtimes: vec![],
-                    rand: Cell::new(0),
-                };
+                let fake = holding_p(3, mask);
                 let first = (0..3).find(|b| mask & (1 << b) != 0);
                 let got = policy.select(cat, &modes, b"p", &fake);
                 match first {
@@ -274,20 +279,7 @@ fn every_existing_policies_choose_each_usable_branch_holding_the_path() {
             }
             claimed += 1;
             for mask in 0u8..16 {
-                let fake = Fake {
-                    paths: (0..4)
-                        .map(|b| {
-                            if mask & (1 << b) != 0 {
-                                vec!["p"]
-                            } else {
-                                vec![]
-                            }
-                        })
-                        .collect(),
-                    space: vec![(G, G); 4],
-                    mtimes: vec![],
-                    rand: Cell::new(0),
-                };
+                let fake = holding_p(4, mask);
                 let want: Vec<usize> = (0..4)
                     .filter(|&b| mask & (1 << b) != 0 && cat.allows(modes[b].mode))
                     .collect();
