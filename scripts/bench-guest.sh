@@ -24,7 +24,10 @@
 # Rows: fio (psync, O_DIRECT, 64 MiB file, 4 s each) seq read/write at 128 KiB, 1 MiB and
 # 4 MiB, rand read/write 4 KiB at depth 1 and with --numjobs=4; create, stat, readdir and
 # unlink of 5,000 files; a source tree (about 2,000 real headers from /usr/include) untarred,
-# found, grepped and removed; the daemon's CPU seconds and peak RSS for the whole guest run.
+# found, grepped and removed; the daemon's CPU seconds for the whole guest run; its memory
+# (KiB, summed over its processes: the sandbox's supervisor and the serving child) right after
+# start, after the scenario with the guest still connected (VmRSS, and split into anonymous,
+# file-backed and shared pages, the last being guest memory it touched), and the peak (VmHWM).
 # Not part of the test suite: it takes about 3 minutes per run on the 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -147,6 +150,28 @@ t0=$(now); rm -rf src; t1=$(now)
 echo "RESULT tree-rm $(rate x $files $t0 $t1)"
 EOF
 fi
+# The memory sample after the session: the scenario asks for it and waits (up to 60 s) until
+# the host has read the daemon's memory and created .measured in the shared directory.
+cat >"$scenario.full" <<'EOF'
+measure() {
+    echo "=== MEASURE ==="
+    i=0
+    while [ ! -e /mnt/.measured ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+}
+trap measure EXIT
+EOF
+cat "$scenario" >>"$scenario.full"
+mv "$scenario.full" "$scenario"
+
+# mem_tree PID: "rss anon file shmem hwm" in KiB, summed over PID and its descendants (the
+# sandbox's supervisor and the serving child).
+mem_tree() {
+    local p
+    tree() { local c; echo "$1"; for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do tree "$c"; done; }
+    for p in $(tree "$1"); do cat /proc/"$p"/status 2>/dev/null; done |
+        awk '/^VmRSS:/ {r += $2} /^RssAnon:/ {a += $2} /^RssFile:/ {f += $2}
+             /^RssShmem:/ {s += $2} /^VmHWM:/ {h += $2} END {print r + 0, a + 0, f + 0, s + 0, h + 0}'
+}
 
 # One guest run against backend command "$@" ({socket} and {dir} replaced); appends
 # "name value" lines to $results.
@@ -158,25 +183,52 @@ run_one() {
     sock="$dir.sock" log="$out/$label.daemon.log" console="$out/$label.console.log"
     local args=()
     for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
-    # GNU time reports the daemon's CPU seconds and peak RSS once it exits (when the guest
+    # GNU time reports the daemon's CPU seconds once it exits (when the guest
     # powers off): wait4's usage includes the sandboxed child the daemon waited for.
-    /usr/bin/time -f 'TIME %U %S %M' -o "$out/$label.time" "${args[@]}" >"$log" 2>&1 &
+    /usr/bin/time -f 'TIME %U %S' -o "$out/$label.time" "${args[@]}" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || die "$label: no socket"
+    # The daemon is GNU time's child; its memory now, and once the scenario asks (see above).
+    local daemon idle session watcher
+    daemon=$(cat /proc/"$pid"/task/*/children | awk '{print $1; exit}')
+    idle=$(mem_tree "$daemon")
+    rm -f "$out/$label.session-mem"
+    (
+        while ! tr -d '\r' <"$console" 2>/dev/null | grep -q '^=== MEASURE'; do
+            kill -0 "$daemon" 2>/dev/null || exit 0
+            sleep 0.1
+        done
+        mem_tree "$daemon" >"$out/$label.session-mem"
+        for p in $daemon $(cat /proc/"$daemon"/task/*/children 2>/dev/null); do
+            cat /proc/"$p"/smaps >"$out/$label.session-smaps.$p" 2>/dev/null || true
+        done
+        touch "$dir/.measured"
+    ) &
+    watcher=$!
     bash qemu/run-guest.sh --socket "$sock" --request-queues "$rq" --smp 2 --mem 1G --kernel "$kernel" \
         --initrd "$initrd" --extra-initrd "$bench_cpio" --script "$scenario" >"$console" 2>&1 || true
+    wait "$watcher" 2>/dev/null || true
+    session=$(cat "$out/$label.session-mem" 2>/dev/null || echo "0 0 0 0 0")
     # The daemon exits when the guest's QEMU goes; if not, stop it.
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     pkill -TERM -P "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
-    local cpu rss
+    local cpu
     cpu=$(awk '/^TIME/ {print $2 + $3}' "$out/$label.time")
-    rss=$(awk '/^TIME/ {print $4}' "$out/$label.time")
     umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
     grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
     echo "$label daemon-cpu-s ${cpu:-0}" >>"$results"
-    echo "$label daemon-peak-rss-mib $(awk "BEGIN {printf \"%.1f\", ${rss:-0} / 1024}")" >>"$results"
+    # The daemon's memory (KiB, see the header): after start, after the scenario, the peak.
+    set -- $idle
+    echo "$label idle-rss-kib $1" >>"$results"
+    echo "$label idle-anon-kib $2" >>"$results"
+    set -- $session
+    echo "$label session-rss-kib $1" >>"$results"
+    echo "$label session-anon-kib $2" >>"$results"
+    echo "$label session-file-kib $3" >>"$results"
+    echo "$label session-shmem-kib $4" >>"$results"
+    echo "$label peak-rss-kib $5" >>"$results"
     grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "$label: scenario did not finish (see $console)"
 }
 
@@ -211,7 +263,7 @@ END {
     printf "| row | %s | %s | ratio |\n|---|---|---|---|\n", ho, ht
     for (k = 1; k <= n; k++) {
         r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
-        lower = (r ~ /cpu|rss/)
+        lower = (r ~ /cpu|rss|anon|file|shmem/)
         ratio = (lower ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
         printf "| %s | %s | %s | %.2fx |\n", r, a, b, ratio
         printf "%s %.3f\n", r, ratio > "/dev/stderr"

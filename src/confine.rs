@@ -6,6 +6,7 @@
 use caps::Capability;
 use log::{info, warn};
 use std::os::fd::AsFd;
+use std::path::Path;
 
 use crate::args::{SandboxMode, SeccompAction};
 use crate::config::Confinement;
@@ -15,7 +16,11 @@ use crate::sys::sandbox::{self, Entered};
 /// Enters the sandbox `c` asks for, after the socket is bound and before any thread starts
 /// or any guest request is read. Returns `Some(exit status)` in a parent process that only
 /// supervised the sandboxed child (it must exit with that status), `None` to go on serving.
-pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
+pub fn enter(
+    c: &Confinement,
+    fs: &mut UnionFs,
+    socket: Option<&Path>,
+) -> std::io::Result<Option<i32>> {
     match c.sandbox {
         SandboxMode::None => Ok(None),
         SandboxMode::Chroot => {
@@ -31,13 +36,13 @@ pub fn enter(c: &Confinement, fs: &mut UnionFs) -> std::io::Result<Option<i32>> 
                 sandbox::enter_user_namespace(&uids, &gids)?;
                 info!("sandbox: new user namespace");
             }
-            namespace(fs)
+            namespace(fs, socket)
         }
     }
 }
 
 /// The namespace sandbox proper (see [`sandbox::enter`]).
-fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
+fn namespace(fs: &mut UnionFs, socket: Option<&Path>) -> std::io::Result<Option<i32>> {
     let roots = fs.root_fds();
     let borrowed: Vec<_> = roots
         .iter()
@@ -45,10 +50,11 @@ fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
         .collect();
     match sandbox::enter(&borrowed)? {
         Entered::Parent(child) => {
-            // The supervisor only forwards signals and removes the socket.
-            sandbox::no_new_privs()?;
-            crate::sys::caps::limit_to(&[Capability::CAP_DAC_OVERRIDE])?;
-            Ok(Some(sandbox::supervise(child)))
+            // The supervisor only forwards signals and removes the socket: a fresh image
+            // of the binary does that ([`supervise`]), or, if it cannot be started, this one.
+            let e = sandbox::exec_supervisor(child, socket);
+            warn!("cannot re-execute the supervisor ({e}); supervising from this process");
+            supervise(child).map(Some)
         }
         Entered::Child(roots) => {
             fs.replace_roots(roots)?;
@@ -56,6 +62,27 @@ fn namespace(fs: &mut UnionFs) -> std::io::Result<Option<i32>> {
             Ok(None)
         }
     }
+}
+
+/// The sandbox's supervisor: limits itself to removing the socket files, then forwards
+/// signals to `child` until it exits; returns its exit status.
+pub fn supervise(child: libc::pid_t) -> std::io::Result<i32> {
+    sandbox::no_new_privs()?;
+    crate::sys::caps::limit_to(&[Capability::CAP_DAC_OVERRIDE])?;
+    Ok(sandbox::supervise(child))
+}
+
+/// In a process started by [`sandbox::exec_supervisor`]: the child to supervise and the
+/// socket to clean up after it, or `None` in any other process.
+pub fn supervisor_request() -> Option<(libc::pid_t, Option<std::path::PathBuf>)> {
+    let child = std::env::var_os(sandbox::SUPERVISOR_ENV)?;
+    let child = child
+        .to_str()?
+        .parse()
+        .ok()
+        .filter(|p: &libc::pid_t| *p > 0)?;
+    let socket = std::env::var_os(sandbox::SUPERVISOR_SOCKET_ENV).map(std::path::PathBuf::from);
+    Some((child, socket))
 }
 
 /// Installs the seccomp filter `--seccomp` asks for; call before any thread is started.

@@ -16,6 +16,19 @@ use union_virtiofsd::vhost::{self, Bound};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // The sandbox's supervisor, re-executed by the parent after the fork: nothing else to do.
+    if let Some((child, socket)) = union_virtiofsd::confine::supervisor_request() {
+        return match union_virtiofsd::confine::supervise(child) {
+            Ok(status) => supervised(status, socket.as_deref()),
+            Err(e) => {
+                eprintln!("union-virtiofsd: supervisor: {e}");
+                if let Some(p) = &socket {
+                    vhost::remove_socket_files(p);
+                }
+                ExitCode::FAILURE
+            }
+        };
+    }
     let argv: Vec<_> = std::env::args_os().collect();
     if union_virtiofsd::ctl::cli::wanted(&argv) {
         return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));
@@ -78,23 +91,9 @@ fn main() -> ExitCode {
         }
     };
     // The socket exists; no thread runs yet and no guest request has been read.
-    match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs) {
+    match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs, bound.path()) {
         Ok(None) => {}
-        Ok(Some(status)) if status == vhost::HANDED_OVER_STATUS => {
-            // The child's session went to a new daemon, which owns the socket files now.
-            return ExitCode::SUCCESS;
-        }
-        Ok(Some(status)) if status == vhost::UPGRADE_ABANDONED_STATUS => {
-            // The child could not take the session over: the files are the old daemon's.
-            return ExitCode::FAILURE;
-        }
-        Ok(Some(status)) => {
-            // The supervising parent: the sandboxed child has exited.
-            if let Some(p) = bound.path() {
-                vhost::remove_socket_files(p);
-            }
-            return ExitCode::from(u8::try_from(status).unwrap_or(1));
-        }
+        Ok(Some(status)) => return supervised(status, bound.path()),
         Err(e) => {
             error!("cannot enter the sandbox: {e}");
             if let Some(p) = bound.path() {
@@ -148,4 +147,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The sandbox's supervisor's exit once the serving child has exited with `status`.
+fn supervised(status: i32, socket: Option<&std::path::Path>) -> ExitCode {
+    if status == vhost::HANDED_OVER_STATUS {
+        // The child's session went to a new daemon, which owns the socket files now.
+        return ExitCode::SUCCESS;
+    }
+    if status == vhost::UPGRADE_ABANDONED_STATUS {
+        // The child could not take the session over: the files are the old daemon's.
+        return ExitCode::FAILURE;
+    }
+    if let Some(p) = socket {
+        vhost::remove_socket_files(p);
+    }
+    ExitCode::from(u8::try_from(status).unwrap_or(1))
 }

@@ -66,6 +66,68 @@ fn exits_cleanly_on_sigterm_and_sigint() {
     }
 }
 
+/// The sandbox's supervisor is a fresh image of the binary (re-executed after the fork, so it
+/// holds none of start-up's pages): the same command line, and the environment it was
+/// started with names the serving child and the socket. SIGTERM to it still reaches the child
+/// (exit 0) and it removes the socket files.
+#[test]
+fn the_sandbox_supervisor_is_a_fresh_image_watching_its_child() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("s");
+    let mut child = daemon()
+        .arg("--socket-path")
+        .arg(&sock)
+        .arg("--branch")
+        .arg(d.path())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_socket(&sock);
+    let inner = sandboxed_child(child.id());
+    let want_child = format!("UNION_VIRTIOFSD_SUPERVISE={inner}");
+    let want_socket = format!("UNION_VIRTIOFSD_SUPERVISE_SOCKET={}", sock.display());
+    // The exec follows the fork, unordered with the child's start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let environ = loop {
+        let e = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+        let vars: Vec<String> = e
+            .split(|&b| b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        if vars.contains(&want_child) {
+            break vars;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the supervisor was not re-executed: {vars:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(environ.contains(&want_socket), "{environ:?}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+    let args: Vec<&[u8]> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(
+        args[1..],
+        [
+            &b"--socket-path"[..],
+            sock.to_str().unwrap().as_bytes(),
+            b"--branch",
+            d.path().to_str().unwrap().as_bytes()
+        ]
+    );
+    // The serving child does not inherit the variables (it was forked before the exec).
+    let child_env = std::fs::read(format!("/proc/{inner}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&child_env).contains("UNION_VIRTIOFSD_SUPERVISE"));
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+    assert!(!sock.exists(), "the supervisor removed the socket");
+    assert!(!d.path().join("s.ctl").exists(), "and the control socket");
+}
+
 /// `--sandbox namespace` and `--seccomp kill` (the defaults as root): the serving process, under
 /// a seccomp filter, lives in its own mount,
 /// PID and network namespaces, its / holds only the branches and its own /proc (no host path,
