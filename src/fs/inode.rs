@@ -294,6 +294,28 @@ impl Inner {
         }
     }
 
+    /// Shrinks the tables once they are mostly empty (a quarter full or less, above a few
+    /// hundred entries): a guest that held many nodes and forgot them leaves the daemon its
+    /// size before. True if they shrank, so that the freed memory can be given back.
+    fn shrink_if_sparse(&mut self) -> bool {
+        const FLOOR: usize = 512;
+        let cap = self.nodes.capacity();
+        if cap <= FLOOR || self.nodes.len() * 4 > cap {
+            return false;
+        }
+        let keep = (self.nodes.len() * 2).max(FLOOR / 2);
+        self.nodes.shrink_to(keep);
+        self.names.shrink_to(keep);
+        self.by_key.shrink_to(keep);
+        self.open.shrink_to(keep);
+        log::debug!(
+            "node table: {} nodes, room for {cap} -> {}",
+            self.nodes.len(),
+            self.nodes.capacity()
+        );
+        true
+    }
+
     /// Frees `id` if unused, then any parent that became unused.
     fn reap(&mut self, id: u64) {
         let mut work: smallvec::SmallVec<[u64; 4]> = smallvec::smallvec![id];
@@ -449,10 +471,17 @@ impl InodeTable {
         if id == ROOT_ID {
             return;
         }
-        let mut inner = self.inner.writing();
-        if let Some(n) = inner.nodes.get_mut(&id) {
+        let shrank = {
+            let mut inner = self.inner.writing();
+            let Some(n) = inner.nodes.get_mut(&id) else {
+                return;
+            };
             n.lookups = n.lookups.saturating_sub(count);
             inner.reap(id);
+            inner.shrink_if_sparse()
+        };
+        if shrank {
+            crate::sys::mem::release_free();
         }
     }
 
@@ -621,6 +650,46 @@ mod tests {
 
     fn is_open(t: &InodeTable, id: u64) -> bool {
         matches!(t.bound(id), Some(Bound::Open(..)))
+    }
+
+    #[test]
+    fn the_tables_shrink_once_the_guest_forgets_most_nodes() {
+        let t = InodeTable::new();
+        let fd = some_fd();
+        let ids: Vec<u64> = (0..20_000u64)
+            .map(|i| {
+                let name = CString::new(format!("f{i}")).unwrap();
+                let b = Bind {
+                    fd: fd.clone(),
+                    ..bind(100 + i, false)
+                };
+                t.lookup(ROOT_ID, &name, b, Rebind::Yes, usize::MAX)
+                    .unwrap()
+            })
+            .collect();
+        let full = t.inner.reading().nodes.capacity();
+        assert!(full >= 20_000);
+        // Forgetting half leaves the tables as they are (no shrink and regrow on churn).
+        for id in &ids[..10_000] {
+            t.forget(*id, 1);
+        }
+        // (capacity() counts deleted slots out, so it moves a little without any shrink)
+        assert!(t.inner.reading().nodes.capacity() > full / 2);
+        for id in &ids[10_000..19_900] {
+            t.forget(*id, 1);
+        }
+        let inner = t.inner.reading();
+        assert_eq!(inner.nodes.len(), 101, "the root and 100 nodes");
+        for cap in [
+            inner.nodes.capacity(),
+            inner.names.capacity(),
+            inner.by_key.capacity(),
+        ] {
+            assert!(cap < full / 4, "{cap} of {full}");
+        }
+        drop(inner);
+        // The nodes kept still resolve.
+        assert!(t.bound(ids[19_950]).is_some());
     }
 
     #[test]

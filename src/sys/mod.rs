@@ -11,6 +11,7 @@ pub mod files;
 pub mod handle;
 pub mod limits;
 pub mod lock;
+pub mod mem;
 pub mod sandbox;
 pub mod seccomp;
 pub mod thread;
