@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    union_virtiofsd::sys::mem::configure();
     let argv: Vec<_> = std::env::args_os().collect();
     if union_virtiofsd::ctl::cli::wanted(&argv) {
         return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));

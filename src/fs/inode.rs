@@ -135,6 +135,8 @@ struct Inner {
     trim_at: usize,
     /// Scans of the table by [`Inner::trim`] (for tests).
     trims: u64,
+    /// Nodes freed since the allocator was last asked to give free memory back.
+    freed: usize,
 }
 
 /// Maps FUSE node ids to host objects and union paths.
@@ -294,15 +296,23 @@ impl Inner {
         }
     }
 
-    /// Shrinks the tables once they are mostly empty (a quarter full or less, above a few
-    /// hundred entries): a guest that held many nodes and forgot them leaves the daemon its
-    /// size before. True if they shrank, so that the freed memory can be given back.
-    fn shrink_if_sparse(&mut self) -> bool {
+    /// After nodes were freed: shrinks the tables once they are mostly empty (a quarter full
+    /// or less, above a few hundred entries), so that a guest that held many nodes and forgot
+    /// them leaves the daemon its size before. True if the memory freed since the last time
+    /// is worth giving back to the system (the tables shrank, or a few hundred nodes went):
+    /// the allocator keeps what was freed in the middle of its heaps otherwise.
+    fn after_freeing(&mut self) -> bool {
         const FLOOR: usize = 512;
+        const RELEASE_EVERY: usize = 256;
         let cap = self.nodes.capacity();
         if cap <= FLOOR || self.nodes.len() * 4 > cap {
-            return false;
+            if self.freed < RELEASE_EVERY {
+                return false;
+            }
+            self.freed = 0;
+            return true;
         }
+        self.freed = 0;
         let keep = (self.nodes.len() * 2).max(FLOOR / 2);
         self.nodes.shrink_to(keep);
         self.names.shrink_to(keep);
@@ -330,6 +340,7 @@ impl Inner {
                 continue;
             }
             let n = self.nodes.remove(&id).expect("present");
+            self.freed += 1;
             self.open.remove(&id);
             if let Some(k) = n.key {
                 if self.by_key.get(&k) == Some(&id) {
@@ -381,6 +392,7 @@ impl InodeTable {
                 capacity: capacity.max(1),
                 trim_at: 0,
                 trims: 0,
+                freed: 0,
             }),
             clock: AtomicU64::new(1),
             panic_on: None,
@@ -478,7 +490,7 @@ impl InodeTable {
             };
             n.lookups = n.lookups.saturating_sub(count);
             inner.reap(id);
-            inner.shrink_if_sparse()
+            inner.after_freeing()
         };
         if shrank {
             crate::sys::mem::release_free();

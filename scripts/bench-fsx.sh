@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# fsx as a new user would run it: boots the test guest (QEMU TCG, Debian 6.12 kernel, 2 vCPUs,
+# 1 GiB) against union-virtiofsd (release build, default sandbox and seccomp) and against
+# virtiofsd 1.14 (cargo install'ed into .cache/tools if absent; its default --cache auto), each
+# serving a fresh 1 GiB tmpfs, and runs fsx (cargo install fsx 0.3.2, packed by
+# scripts/build-tools-initrd.sh fsx) with 20,000 operations and a fixed seed: its default mix
+# (reads, writes, truncates, mmap reads and writes) and qemu/fsx-all.toml (every operation it
+# has, each as likely: close/reopen, invalidation, fsync, fallocate, punch hole, sendfile,
+# fadvise, copy_file_range too). One guest boot per mix and daemon, alternating the two
+# daemons for N runs; prints the medians: fsx's run time in the guest (seconds) and the
+# daemon's CPU seconds for the boot (GNU time: user + system, the sandboxed child included),
+# and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner).
+#
+#   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [-- extra union-virtiofsd args]
+#
+# Not part of the test suite: about 6 minutes per run on the 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. scripts/lib.sh
+
+runs=3 ops=20000 out="$root/.cache/bench-fsx" extra=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown argument $1 (see the header of $0)" ;;
+    esac
+done
+mkdir -p "$out"
+bench_tools
+kernel=$(scripts/fetch-kernel.sh)
+initrd=$(scripts/build-initramfs.sh)
+fsx_cpio=$(scripts/build-tools-initrd.sh fsx)
+
+# scenario MIX: fsx with that mix, timed with coreutils' date, must end "A-OK".
+scenario() {
+    local cfg=""
+    [ "$1" = all ] && cfg="-f /opt/tools/fsx-all.toml"
+    cat <<EOF
+export PATH=/opt/tools/bin:\$PATH
+t0=\$(/opt/bench/bin/date +%s.%N)
+fsx -N $ops -S 7 -q $cfg -P /tmp fsx-file > /tmp/out 2>&1
+rc=\$?
+t1=\$(/opt/bench/bin/date +%s.%N)
+if [ \$rc = 0 ] && grep -q 'A-OK' /tmp/out; then
+    echo "RESULT fsx-$1-s \$(awk "BEGIN {printf \\"%.2f\\", \$t1 - \$t0}")"
+else
+    echo "FSX FAILED"; tail -20 /tmp/out
+fi
+EOF
+}
+
+# run_one LABEL MIX CMD...: one guest boot against backend CMD ({socket} and {dir} replaced).
+run_one() {
+    local label=$1 mix=$2; shift 2
+    local dir sock console pid a cpu
+    dir=$(mktemp -d /tmp/uvfs-fsx.XXXXXX)
+    mount -t tmpfs -o size=1G tmpfs "$dir"
+    sock="$dir.sock" console="$out/$label-$mix.console.log"
+    scenario "$mix" >"$out/$mix.sh"
+    local args=()
+    for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
+    /usr/bin/time -f 'TIME %U %S' -o "$out/$label.time" "${args[@]}" >"$out/$label.daemon.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    [ -S "$sock" ] || die "$label: no socket"
+    bash qemu/run-guest.sh --socket "$sock" --smp 2 --mem 1G --kernel "$kernel" --initrd "$initrd" \
+        --extra-initrd "$bench_cpio" --extra-initrd "$fsx_cpio" --script "$out/$mix.sh" \
+        >"$console" 2>&1 || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    cpu=$(awk '/^TIME/ {print $2 + $3}' "$out/$label.time")
+    umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
+    grep -q '^RESULT ' <(tr -d '\r' <"$console") || die "$label $mix: fsx failed (see $console)"
+    grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
+    echo "$label cpu-$mix-s ${cpu:-0}" >>"$results"
+}
+
+results="$out/results.txt"
+: >"$results"
+for i in $(seq "$runs"); do
+    order=(ours theirs)
+    [ $((i % 2)) -eq 0 ] && order=(theirs ours)
+    for mix in default all; do
+        for who in "${order[@]}"; do
+            log "run $i/$runs: $mix, $who"
+            if [ "$who" = ours ]; then
+                run_one ours "$mix" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${extra[@]}"
+            else
+                run_one theirs "$mix" "$vfsd" --socket-path '{socket}' --shared-dir '{dir}'
+            fi
+        done
+    done
+done
+
+# Medians; every row is seconds, so the ratio is virtiofsd's / ours (above 1: ours ahead).
+awk '
+function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{ v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+END {
+    printf "| row | union-virtiofsd | virtiofsd 1.14 | ratio |\n|---|---|---|---|\n"
+    for (k = 1; k <= n; k++) {
+        r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
+        printf "| %s | %s | %s | %.2fx |\n", r, a, b, (a > 0 ? b / a : 0)
+    }
+}' "$results" | tee "$out/bench-fsx.md"
+log "table: $out/bench-fsx.md"
