@@ -265,14 +265,54 @@ impl UnionFs {
     /// search policy of its own (not the getattr policy) and the node still has a name is the
     /// policy run on the node's path; an unbound node (the root) is found by its path too.
     pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
+        if let Some((branch, fd)) = self.bound_for(func, inode)? {
+            let st = beneath::stat_fd(fd.as_fd())?;
+            return Ok(Found { branch, fd, st });
+        }
+        self.search_node_by_path(func, inode)
+    }
+
+    /// The copy [`UnionFs::search_node`] finds, read with statx(2) instead of fstat: the
+    /// attributes and what only statx gives (birth time, attribute flags), in one call.
+    pub(crate) fn search_node_statx(
+        &self,
+        func: Func,
+        inode: u64,
+    ) -> io::Result<(Found, libc::statx)> {
+        if let Some((branch, fd)) = self.bound_for(func, inode)? {
+            let sx = crate::sys::file::statx_fd(fd.as_fd())?;
+            let st = crate::sys::file::stat_of(&sx);
+            return Ok((Found { branch, fd, st }, sx));
+        }
+        let f = self.search_node_by_path(func, inode)?;
+        let sx = crate::sys::file::statx_fd(f.fd.as_fd())?;
+        Ok((f, sx))
+    }
+
+    /// The descriptor [`UnionFs::search_node`] finds, without the attributes it reads (for
+    /// the operations that need only the descriptor: one system call less). The branch and
+    /// descriptor come in a [`Found`] whose `st` is that of the node's bound copy only when
+    /// the lookup had to search.
+    pub(crate) fn search_node_fd(
+        &self,
+        func: Func,
+        inode: u64,
+    ) -> io::Result<(usize, Arc<OwnedFd>)> {
+        if let Some(bound) = self.bound_for(func, inode)? {
+            return Ok(bound);
+        }
+        let f = self.search_node_by_path(func, inode)?;
+        Ok((f.branch, f.fd))
+    }
+
+    /// The node's bound copy when `func`'s policy is getattr's (or the node has no name):
+    /// `None` when the policy must search by path.
+    fn bound_for(&self, func: Func, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
         let policies = &self.view().opts.policies;
         let own_policy = policies.get(func) != policies.get(Func::Getattr);
         if !own_policy || !self.inodes.linked(inode) {
             match self.node_fd(inode) {
-                Ok(Some((branch, fd))) => {
-                    let st = beneath::stat_fd(fd.as_fd())?;
-                    return Ok(Found { branch, fd, st });
-                }
+                Ok(Some(bound)) => return Ok(Some(bound)),
                 Ok(None) => {}
                 // A union directory is its path: when the copy its node was bound to is gone,
                 // the policy finds the directory again. Anything else answers ESTALE.
@@ -282,6 +322,14 @@ impl UnionFs {
                 Err(e) => return Err(e),
             }
         }
+        Ok(None)
+    }
+
+    /// [`UnionFs::search_node`] once the node's bound copy did not answer: `func`'s policy
+    /// searches the node's path (and getattr's result binds the node).
+    fn search_node_by_path(&self, func: Func, inode: u64) -> io::Result<Found> {
+        let policies = &self.view().opts.policies;
+        let own_policy = policies.get(func) != policies.get(Func::Getattr);
         let rel = self.inodes.path(inode)?;
         let f = self.search(func, &rel)?;
         if !own_policy {

@@ -79,6 +79,30 @@ pub fn statx_fd(fd: BorrowedFd<'_>) -> std::io::Result<libc::statx> {
     Ok(sx)
 }
 
+/// The `stat` that fstat(2) gives for the object `sx` describes (statx with at least
+/// `STATX_BASIC_STATS`).
+pub fn stat_of(sx: &libc::statx) -> libc::stat64 {
+    // SAFETY: stat64 is plain data; all-zero is a valid value, every field is set below.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    st.st_dev = libc::makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    st.st_ino = sx.stx_ino;
+    st.st_nlink = sx.stx_nlink.into();
+    st.st_mode = sx.stx_mode.into();
+    st.st_uid = sx.stx_uid;
+    st.st_gid = sx.stx_gid;
+    st.st_rdev = libc::makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
+    st.st_size = sx.stx_size as i64;
+    st.st_blksize = sx.stx_blksize.into();
+    st.st_blocks = sx.stx_blocks as i64;
+    st.st_atime = sx.stx_atime.tv_sec;
+    st.st_atime_nsec = sx.stx_atime.tv_nsec.into();
+    st.st_mtime = sx.stx_mtime.tv_sec;
+    st.st_mtime_nsec = sx.stx_mtime.tv_nsec.into();
+    st.st_ctime = sx.stx_ctime.tv_sec;
+    st.st_ctime_nsec = sx.stx_ctime.tv_nsec.into();
+    st
+}
+
 /// The inode flag and fsxattr ioctls the daemon passes through (`linux/fs.h`).
 pub mod ioc {
     /// `FS_IOC_GETFLAGS` (`long` argument; the kernel reads and writes an int).
@@ -119,4 +143,46 @@ pub fn inode_ioctl(fd: BorrowedFd<'_>, cmd: u32, arg: &mut [u8]) -> std::io::Res
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// statx turned into a stat is what fstat gives, for a file, a directory, a symlink (its
+    /// O_PATH descriptor) and a device.
+    #[test]
+    fn stat_of_statx_is_fstat() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"hello").unwrap();
+        std::os::unix::fs::symlink("f", d.path().join("l")).unwrap();
+        let paths = [
+            d.path().join("f"),
+            d.path().to_path_buf(),
+            d.path().join("l"),
+            "/dev/null".into(),
+        ];
+        for p in paths {
+            let fd = rustix::fs::open(
+                &p,
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+            let st = rustix::fs::fstat(&fd).unwrap();
+            let of = stat_of(&statx_fd(fd.as_fd()).unwrap());
+            let fields = |s: &libc::stat64| {
+                (
+                    (
+                        s.st_dev, s.st_ino, s.st_nlink, s.st_mode, s.st_uid, s.st_gid, s.st_rdev,
+                    ),
+                    (s.st_size, s.st_blksize, s.st_blocks),
+                    (s.st_atime, s.st_atime_nsec, s.st_mtime, s.st_mtime_nsec),
+                    (s.st_ctime, s.st_ctime_nsec),
+                )
+            };
+            assert_eq!(fields(&of), fields(&st), "{}", p.display());
+        }
+    }
 }

@@ -31,15 +31,20 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
         }
     }
     let f = fs.search_node(Func::Getattr, inode)?;
+    Ok((shown(fs, inode, &f), fs.view().opts.cache_attr))
+}
+
+/// The attributes the guest sees for `inode`, found as `f`.
+fn shown(fs: &UnionFs, inode: u64, f: &Found) -> stat64 {
     // The common case (one node, one fstat) builds no path.
     let rel = if fs.attr_needs_path(&f.st) {
         fs.node_rel(inode)
     } else {
         Default::default()
     };
-    let mut st = fs.shown(&f, &rel);
-    fs.merge_dir_attrs(&mut st, &rel, &f);
-    Ok((fs.union_attr(st, rel.to_bytes()), fs.view().opts.cache_attr))
+    let mut st = fs.shown(f, &rel);
+    fs.merge_dir_attrs(&mut st, &rel, f);
+    fs.union_attr(st, rel.to_bytes())
 }
 
 /// Applies the changes `valid` selects to the copies of `inode` that each change's function
@@ -278,13 +283,17 @@ pub fn statx(
     inode: u64,
     handle: Option<u64>,
 ) -> io::Result<(stat64, Duration, Extra)> {
-    let (st, timeout) = getattr(fs, inode, handle)?;
+    // One statx(2) gives both (GETATTR's fstat and a statx for the rest took three calls).
+    let timeout = fs.view().opts.cache_attr;
     let handle_fd = handle.and_then(|fh| fs.handles.file(fh, inode).ok());
-    let sx = match &handle_fd {
-        Some(h) => crate::sys::file::statx_fd(h.as_file()?.fd.as_fd())?,
+    let (st, sx) = match &handle_fd {
+        Some(h) => {
+            let sx = crate::sys::file::statx_fd(h.as_file()?.fd.as_fd())?;
+            (fs.union_attr(crate::sys::file::stat_of(&sx), b""), sx)
+        }
         None => {
-            let f = fs.search_node(Func::Getattr, inode)?;
-            crate::sys::file::statx_fd(f.fd.as_fd())?
+            let (f, sx) = fs.search_node_statx(Func::Getattr, inode)?;
+            (shown(fs, inode, &f), sx)
         }
     };
     let btime = (sx.stx_mask & libc::STATX_BTIME != 0)

@@ -75,9 +75,10 @@ pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<
     }
     let name = host_name(fs, name, libc::ENODATA)?;
     let name = name.as_ref();
-    // Keep `f` (and so its descriptor) alive while its /proc path is used.
-    let f = found(fs, Func::Getxattr, inode)?;
-    let p = target(&f)?;
+    // Keep the descriptor alive while its /proc path is used. No fstat: only the descriptor
+    // is needed (a guest asks for security.capability before every write).
+    let (_, fd) = fs.search_node_fd(Func::Getxattr, inode)?;
+    let p = beneath::proc_path(fd.as_fd());
     if size == 0 {
         return Ok(GetxattrReply::Count(
             rustix::fs::getxattr_query(&p, name)? as u32
