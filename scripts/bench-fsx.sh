@@ -105,18 +105,5 @@ for i in $(seq "$runs"); do
 done
 
 # Medians; every row is seconds, so the ratio is virtiofsd's / ours (above 1: ours ahead).
-awk '
-function median(list,   n, a, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-{ v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
-END {
-    printf "| row | union-virtiofsd | virtiofsd 1.14 | ratio |\n|---|---|---|---|\n"
-    for (k = 1; k <= n; k++) {
-        r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
-        printf "| %s | %s | %s | %.2fx |\n", r, a, b, (a > 0 ? b / a : 0)
-    }
-}' "$results" | tee "$out/bench-fsx.md"
+median_table union-virtiofsd "virtiofsd 1.14" . "$results" 2>/dev/null | tee "$out/bench-fsx.md"
 log "table: $out/bench-fsx.md"

@@ -251,24 +251,8 @@ for i in $(seq "$runs"); do
     done
 done
 
-# Medians and ratios; rows where less is better (CPU, RSS) are inverted so that > 1 is ours ahead.
-awk -v ho="$head_ours" -v ht="$head_theirs" '
-function median(list,   n, a, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-{ v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
-END {
-    printf "| row | %s | %s | ratio |\n|---|---|---|---|\n", ho, ht
-    for (k = 1; k <= n; k++) {
-        r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
-        lower = (r ~ /cpu|rss|anon|file|shmem/)
-        ratio = (lower ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
-        printf "| %s | %s | %s | %.2fx |\n", r, a, b, ratio
-        printf "%s %.3f\n", r, ratio > "/dev/stderr"
-    }
-}' "$results" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
+# Medians and ratios; rows where less is better (CPU, memory) are inverted so that > 1 is ours ahead.
+median_table "$head_ours" "$head_theirs" 'cpu|rss|anon|file|shmem' "$results" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
 
 gnuplot <<EOF
 set terminal png size 1000,500

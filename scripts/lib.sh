@@ -96,3 +96,26 @@ bench_tools() {
         rm -rf "$w"
     fi
 }
+
+# median_table HEAD_OURS HEAD_THEIRS LOWER FILE: the table of medians the guest benchmarks
+# print from FILE's "ours|theirs ROW VALUE" lines (rows in first-seen order), with the ratio
+# ours / theirs, inverted for the rows matching the awk regex LOWER (where less is better), so
+# that above 1 is ours ahead on every row. "ROW RATIO" lines go to stderr (for a plot).
+median_table() {
+    awk -v ho="$1" -v ht="$2" -v lower="$3" '
+    function median(list,   n, a, i, j, t) {
+        n = split(list, a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END {
+        printf "| row | %s | %s | ratio |\n|---|---|---|---|\n", ho, ht
+        for (k = 1; k <= n; k++) {
+            r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
+            ratio = (r ~ lower ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
+            printf "| %s | %s | %s | %.2fx |\n", r, a, b, ratio
+            printf "%s %.3f\n", r, ratio > "/dev/stderr"
+        }
+    }' "$4"
+}

@@ -46,20 +46,26 @@ fn serves_an_inherited_listening_socket() {
     );
 }
 
+/// The daemon with its defaults serving `branch` on `sock`, once the socket exists.
+fn serving(sock: &std::path::Path, branch: &std::path::Path) -> std::process::Child {
+    let child = daemon()
+        .arg("--socket-path")
+        .arg(sock)
+        .arg("--branch")
+        .arg(branch)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_socket(sock);
+    child
+}
+
 #[test]
 fn exits_cleanly_on_sigterm_and_sigint() {
     for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
         let d = tempfile::tempdir().unwrap();
         let sock = d.path().join("s");
-        let mut child = daemon()
-            .arg("--socket-path")
-            .arg(&sock)
-            .arg("--branch")
-            .arg(d.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_socket(&sock);
+        let mut child = serving(&sock, d.path());
         let pid = rustix::process::Pid::from_child(&child);
         rustix::process::kill_process(pid, sig).unwrap();
         assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0, "{sig:?}");
@@ -74,15 +80,7 @@ fn exits_cleanly_on_sigterm_and_sigint() {
 fn the_sandbox_supervisor_is_a_fresh_image_watching_its_child() {
     let d = tempfile::tempdir().unwrap();
     let sock = d.path().join("s");
-    let mut child = daemon()
-        .arg("--socket-path")
-        .arg(&sock)
-        .arg("--branch")
-        .arg(d.path())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_socket(&sock);
+    let mut child = serving(&sock, d.path());
     let inner = sandboxed_child(child.id());
     let want_child = format!("UNION_VIRTIOFSD_SUPERVISE={inner}");
     let want_socket = format!("UNION_VIRTIOFSD_SUPERVISE_SOCKET={}", sock.display());
