@@ -1,4 +1,5 @@
-//! A node's host object, however the node table holds it: [`UnionFs::node_fd`] gives the
+//! A node's host object, however the node table holds it: [`UnionFs::search_node`] finds it
+//! as an operation's policy sees it, [`UnionFs::node_fd`] gives the
 //! descriptor an operation needs, reopening a node the table closed (by its file handle, or by
 //! its path on its branch) and checking that it is still the same object (ESTALE, never
 //! another file). [`UnionFs::bind_of`] makes what a lookup binds a node to, with a file handle
@@ -14,11 +15,88 @@ use super::branches::{HandleMount, Root};
 use super::inode::{Bind, Bound, Key};
 use super::resolve::Found;
 use super::{errno, UnionFs};
-use crate::fs::options::FileHandles;
+use crate::fs::options::{FileHandles, Func};
 use crate::sys::beneath;
 use crate::sys::handle::{self, FileHandle};
 
 impl UnionFs {
+    /// The host object of node `inode` as `func` sees it. A node is bound to the object its
+    /// lookup found, and acts through that object's descriptor (one `fstat`, no path walk), so
+    /// it keeps working after a rename or after its last name is gone. Only when `func` has a
+    /// search policy of its own (not the getattr policy) and the node still has a name is the
+    /// policy run on the node's path; an unbound node (the root) is found by its path too.
+    pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
+        if let Some((branch, fd)) = self.bound_for(func, inode)? {
+            let st = beneath::stat_fd(fd.as_fd())?;
+            return Ok(Found { branch, fd, st });
+        }
+        self.search_node_by_path(func, inode)
+    }
+
+    /// The copy [`UnionFs::search_node`] finds, read with statx(2) instead of fstat: the
+    /// attributes and what only statx gives (birth time, attribute flags), in one call.
+    pub(crate) fn search_node_statx(
+        &self,
+        func: Func,
+        inode: u64,
+    ) -> io::Result<(Found, libc::statx)> {
+        if let Some((branch, fd)) = self.bound_for(func, inode)? {
+            let sx = crate::sys::file::statx_fd(fd.as_fd())?;
+            let st = crate::sys::file::stat_of(&sx);
+            return Ok((Found { branch, fd, st }, sx));
+        }
+        let f = self.search_node_by_path(func, inode)?;
+        let sx = crate::sys::file::statx_fd(f.fd.as_fd())?;
+        Ok((f, sx))
+    }
+
+    /// The branch and descriptor [`UnionFs::search_node`] finds, without the attributes it
+    /// reads (for the operations that need only the descriptor: one system call less).
+    pub(crate) fn search_node_fd(
+        &self,
+        func: Func,
+        inode: u64,
+    ) -> io::Result<(usize, Arc<OwnedFd>)> {
+        if let Some(bound) = self.bound_for(func, inode)? {
+            return Ok(bound);
+        }
+        let f = self.search_node_by_path(func, inode)?;
+        Ok((f.branch, f.fd))
+    }
+
+    /// The node's bound copy when `func`'s policy is getattr's (or the node has no name):
+    /// `None` when the policy must search by path.
+    fn bound_for(&self, func: Func, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
+        let policies = &self.view().opts.policies;
+        let own_policy = policies.get(func) != policies.get(Func::Getattr);
+        if !own_policy || !self.inodes.linked(inode) {
+            match self.node_fd(inode) {
+                Ok(Some(bound)) => return Ok(Some(bound)),
+                Ok(None) => {}
+                // A union directory is its path: when the copy its node was bound to is gone,
+                // the policy finds the directory again. Anything else answers ESTALE.
+                Err(e) if self.inodes.is_dir(inode) && self.inodes.linked(inode) => {
+                    log::debug!("node {inode}: {e}, found again by its path");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`UnionFs::search_node`] once the node's bound copy did not answer: `func`'s policy
+    /// searches the node's path (and getattr's result binds the node).
+    fn search_node_by_path(&self, func: Func, inode: u64) -> io::Result<Found> {
+        let policies = &self.view().opts.policies;
+        let own_policy = policies.get(func) != policies.get(Func::Getattr);
+        let rel = self.inodes.path(inode)?;
+        let f = self.search(func, &rel)?;
+        if !own_policy {
+            self.inodes.bind(inode, self.bind_of(&f));
+        }
+        Ok(f)
+    }
+
     /// What a lookup that found `f` binds its node to.
     pub(crate) fn bind_of(&self, f: &Found) -> Bind {
         Bind {
