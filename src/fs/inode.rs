@@ -483,7 +483,7 @@ impl InodeTable {
         if id == ROOT_ID {
             return;
         }
-        let shrank = {
+        let release = {
             let mut inner = self.inner.writing();
             let Some(n) = inner.nodes.get_mut(&id) else {
                 return;
@@ -492,7 +492,7 @@ impl InodeTable {
             inner.reap(id);
             inner.after_freeing()
         };
-        if shrank {
+        if release {
             crate::sys::mem::release_free();
         }
     }
