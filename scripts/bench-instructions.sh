@@ -36,7 +36,8 @@
 # sandbox's fork and its own system calls would hit the filter), --thread-pool-size 0, so
 # every request is served on the queue thread in both and no hand-off between threads is
 # counted; otherwise their defaults (union-virtiofsd also gets minfreespace=0, the tmpfs being
-# smaller than mergerfs's 4G floor). union-virtiofsd is a release build with debug info
+# smaller than mergerfs's 4G floor, and --max-write 4177920, so that the 1 MiB WRITE row is
+# one request as in virtiofsd: its default sends a guest's 1 MiB write as two 512 KiB ones). union-virtiofsd is a release build with debug info
 # (CARGO_PROFILE_RELEASE_DEBUG=true, in target/callgrind so the normal release build is left
 # alone); virtiofsd is the cargo-installed 1.14.
 #
@@ -118,7 +119,7 @@ mount -t tmpfs -o size=256M tmpfs "$mnt"
 daemon_cmd() {
     case "$1" in
     ours) echo "$bin/union-virtiofsd --socket-path $2 --shared-dir $3 -o minfreespace=0 \
-        --sandbox none --seccomp none --thread-pool-size 0" ;;
+        --sandbox none --seccomp none --thread-pool-size 0 --max-write 4177920" ;;
     theirs) echo "$vfsd --socket-path $2 --shared-dir $3 --sandbox none --seccomp none \
         --thread-pool-size 0" ;;
     esac

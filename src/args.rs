@@ -222,6 +222,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1020)]
     pub max_pages: u32,
 
+    /// Largest WRITE payload in bytes (a multiple of 4096, 4096..=4177920); also capped by
+    /// --max-pages. READs still grow to --max-pages: a guest sends a larger O_DIRECT write
+    /// as pieces of this size at once, which it prepares while the daemon copies the first.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::vhost::DEFAULT_MAX_WRITE)]
+    pub max_write: u32,
+
     /// Number of request queues offered to the guest (besides the high-priority queue).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub num_request_queues: u32,

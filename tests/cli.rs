@@ -64,6 +64,17 @@ fn bad_command_lines_exit_2_with_one_error_line() {
             "--max-pages",
         ),
         (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
+                "--max-write",
+                "5000",
+            ],
+            "--max-write",
+        ),
+        (
             &["--socket-path", sock, "--branch", dir, "--fd", "3"],
             "--fd",
         ),
@@ -165,6 +176,7 @@ fn help_lists_every_option_and_capabilities_are_json() {
         "--shared-dir",
         "--thread-pool-size",
         "--max-pages",
+        "--max-write",
         "--num-request-queues",
         "--print-capabilities",
         "--log-level",

@@ -131,18 +131,26 @@ cmp /tmp/src /tmp/back || fail "8 MiB O_DIRECT round trip differs"
 
 #[test]
 fn requests_grow_past_256_pages_when_the_guest_kernel_allows() {
-    // Linux 6.12 caps FUSE requests at 256 pages whatever the daemon offers.
+    // Linux 6.12 caps FUSE requests at 256 pages whatever the daemon offers; WRITEs stop at
+    // --max-write (512 KiB by default).
     let (w, r, _) = direct_io_sizes(None, "", &[]);
-    assert_eq!((w, r), (256 * 4096, 256 * 4096), "6.12 guest");
+    assert_eq!((w, r), (512 << 10, 256 * 4096), "6.12 guest");
     // A >= 6.13 guest with fs.fuse.max_pages_limit raised takes all 1020 offered pages
-    // (queue size 1024 - 4): 4 MiB requests, four times the 256-page ceiling.
+    // (queue size 1024 - 4): 4 MiB READs, four times the 256-page ceiling.
     let (w, r, run) = direct_io_sizes(Some("trixie-backports"), "uvfs.max_pages_limit=1020", &[]);
     assert!(
         run.console.contains("=== UVFS MAX_PAGES_LIMIT 1020 ==="),
         "{}",
         run.transcript()
     );
-    assert_eq!((w, r), (1020 * 4096, 1020 * 4096), "raised-limit guest");
+    assert_eq!((w, r), (512 << 10, 1020 * 4096), "raised-limit guest");
+    // --max-write lets WRITEs grow as far.
+    let (w, r, _) = direct_io_sizes(
+        Some("trixie-backports"),
+        "uvfs.max_pages_limit=1020",
+        &["--max-write", "4177920"],
+    );
+    assert_eq!((w, r), (1020 * 4096, 1020 * 4096), "--max-write 4177920");
     // --max-pages still bounds it.
     let (w, r, _) = direct_io_sizes(
         Some("trixie-backports"),

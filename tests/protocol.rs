@@ -86,7 +86,8 @@ fn init_negotiates_max_pages_from_queue_size_and_flag() {
             init.flags
         );
         assert_eq!(init.max_pages, want, "{extra:?} queue {qsize}");
-        assert_eq!(init.max_write, u32::from(want) * 4096);
+        // WRITEs stop at --max-write's default, 512 KiB.
+        assert_eq!(init.max_write, (u32::from(want) * 4096).min(512 << 10));
     }
 }
 
@@ -235,6 +236,49 @@ fn write_of_max_write_succeeds_and_one_page_more_is_refused() {
     assert_serving(&mut d, &mut dev, "oversized write");
 }
 
+/// `--max-write` bounds WRITEs only: its default is 512 KiB (a WRITE one page larger is
+/// refused, nothing written) while READs still take every page; raised to 1020 pages, a
+/// WRITE of that size goes through.
+#[test]
+fn max_write_bounds_writes_but_not_reads() {
+    for (extra, want) in [
+        (&[][..], 512u32 << 10),
+        (&["--max-write", "4177920"][..], 1020 * 4096),
+        (&["--max-write", "8192"][..], 8192),
+    ] {
+        let mut d = Daemon::start(&["rw"], extra);
+        let mut dev = d.connect_with(1024);
+        let init = dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
+        assert_eq!((init.max_pages, init.max_write), (1020, want), "{extra:?}");
+        let (e, o) = dev
+            .create(ops::ROOT_ID, b"f", 0o644, libc::O_RDWR as u32)
+            .unwrap();
+        let full = vec![0x42u8; want as usize];
+        assert_eq!(
+            dev.write(e.nodeid, o.fh, 0, &full).unwrap(),
+            want,
+            "{extra:?}"
+        );
+        if want < 1020 * 4096 {
+            let over = vec![0x43u8; want as usize + 4096];
+            let r = dev.write(e.nodeid, o.fh, 0, &over);
+            assert!(
+                r.as_ref().err().and_then(Error::errno) == Some(libc::EINVAL),
+                "WRITE over --max-write {extra:?}: {r:?}"
+            );
+        }
+        fs::write(d.branches[0].join("f"), vec![0x44u8; 1020 * 4096]).unwrap();
+        let got = dev.read(e.nodeid, o.fh, 0, 1020 * 4096).unwrap();
+        assert!(
+            got.len() == 1020 * 4096 && got.iter().all(|&b| b == 0x44),
+            "a 1020-page READ {extra:?}: {} bytes",
+            got.len()
+        );
+        dev.release(e.nodeid, o.fh).unwrap();
+        assert_serving(&mut d, &mut dev, "max_write");
+    }
+}
+
 /// Large READs: every byte lands where it belongs, at any offset, and a read past the end of
 /// the file is short exactly there.
 #[test]
@@ -247,8 +291,8 @@ fn large_reads_are_exact_at_any_offset_and_at_the_end_of_the_file() {
     fs::write(d.branches[0].join("big"), &data).unwrap();
     let mut dev = d.connect_with(1024);
     let init = dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
-    // 1020 pages: a little under 4 MiB.
-    let max = init.max_write as usize;
+    // 1020 pages: a little under 4 MiB (READs are not bound by max_write).
+    let max = usize::from(init.max_pages) * 4096;
     assert_eq!(max, 1020 * 4096);
     let e = dev.lookup(ops::ROOT_ID, b"big").unwrap();
     let fh = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap().fh;

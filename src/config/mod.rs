@@ -50,6 +50,9 @@ pub enum ConfigError {
     /// --max-pages outside 1..=1020.
     #[error("--max-pages {0} is out of range 1..={MAX_PAGES_LIMIT}")]
     MaxPages(u32),
+    /// --max-write not a multiple of 4096 in 4096..=1020 pages.
+    #[error("--max-write {0} is not a multiple of 4096 in 4096..={max}", max = u32::from(MAX_PAGES_LIMIT) * 4096)]
+    MaxWrite(u32),
     /// --num-request-queues outside 1..=63.
     #[error("--num-request-queues {0} is out of range 1..={MAX_REQUEST_QUEUES}")]
     RequestQueues(u32),
@@ -219,6 +222,9 @@ impl TryFrom<Args> for Config {
             .ok()
             .filter(|p| (1..=MAX_PAGES_LIMIT).contains(p))
             .ok_or(ConfigError::MaxPages(args.max_pages))?;
+        let max_write = Some(args.max_write)
+            .filter(|w| w % 4096 == 0 && (4096..=u32::from(MAX_PAGES_LIMIT) * 4096).contains(w))
+            .ok_or(ConfigError::MaxWrite(args.max_write))?;
         let num_request_queues = u16::try_from(args.num_request_queues)
             .ok()
             .filter(|q| (1..=MAX_REQUEST_QUEUES as u16).contains(q))
@@ -274,6 +280,7 @@ impl TryFrom<Args> for Config {
                 listen,
                 thread_pool_size,
                 max_pages,
+                max_write,
                 num_request_queues,
                 tag: args.tag.clone(),
                 socket_group,
@@ -623,6 +630,17 @@ mod tests {
             Err(ConfigError::MaxPages(99999))
         ));
         assert!(with(&["--max-pages=1"]).is_ok());
+        for bad in [0, 4095, 4097, 1021 * 4096, u32::MAX] {
+            assert!(
+                matches!(with(&[&format!("--max-write={bad}")]), Err(ConfigError::MaxWrite(b)) if b == bad),
+                "--max-write={bad}"
+            );
+        }
+        for good in [4096, 1 << 20, 1020 * 4096] {
+            let c = with(&[&format!("--max-write={good}")]).unwrap();
+            assert_eq!(c.daemon.max_write, good);
+        }
+        assert_eq!(with(&[]).unwrap().daemon.max_write, 512 << 10, "default");
         assert!(matches!(
             with(&["--num-request-queues=0"]),
             Err(ConfigError::RequestQueues(0))

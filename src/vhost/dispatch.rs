@@ -57,6 +57,8 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     pub(super) fs: Arc<F>,
     server: Server<Arc<F>>,
     max_pages: u16,
+    /// The `--max-write` ceiling.
+    max_write: u32,
     pub(super) page_size: usize,
     /// [`Negotiated`] packed ([`Negotiated::pack`]).
     limits: AtomicU64,
@@ -119,11 +121,18 @@ where
             server: Server::new(fs.clone()),
             fs,
             max_pages,
+            max_write: u32::MAX,
             page_size,
             limits: AtomicU64::new(Negotiated::upper_bound(max_pages, page_size).pack()),
             raw_init_flags: 0,
             waiters: Waiters::default(),
         }
+    }
+
+    /// Caps the `max_write` INIT announces at `bytes` (`--max-write`; none by default here).
+    pub fn max_write(mut self, bytes: u32) -> Self {
+        self.max_write = bytes;
+        self
     }
 
     /// Negotiates FUSE_DIRECT_IO_ALLOW_MMAP when `on` (virtiofsd's `--allow-mmap`).
@@ -524,15 +533,16 @@ where
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
         let pages = init::effective_max_pages(self.max_pages, queue_size);
-        let (mut out, negotiated) = init::build_reply(&arg, capable, want, pages, self.page_size);
+        let (mut out, negotiated) =
+            init::build_reply(&arg, capable, want, pages, self.max_write, self.page_size);
         init::enable_raw(&mut out, offered, self.raw_init_flags | extra);
         debug!(
             "FUSE INIT {}.{} offered {:?}, enabled {:#x}/{:#x}",
             arg.major, arg.minor, capable, out.flags, out.flags2
         );
         info!(
-            "negotiated max_pages={} max_write={} (queue size {}, --max-pages {})",
-            negotiated.max_pages, negotiated.max_write, queue_size, self.max_pages
+            "negotiated max_pages={} max_write={} (queue size {}, --max-pages {}, --max-write {})",
+            negotiated.max_pages, negotiated.max_write, queue_size, self.max_pages, self.max_write
         );
         self.limits.store(negotiated.pack(), Ordering::Release);
         reply_ok(&mut w, hdr.unique, init::reply_bytes(&out, arg.minor))

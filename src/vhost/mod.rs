@@ -40,7 +40,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 pub use backend::{FsBackend, MAX_QUEUE_SIZE};
 pub use chain::Ring;
 pub use dispatch::Dispatcher;
-pub use init::{effective_max_pages, Negotiated, MAX_PAGES_LIMIT};
+pub use init::{effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT};
 
 /// Where the frontend connects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub struct DaemonConfig {
     pub thread_pool_size: usize,
     /// Ceiling for the advertised `max_pages` (1..=1020).
     pub max_pages: u16,
+    /// Ceiling for the advertised `max_write` (`--max-write`), below `max_pages` pages.
+    pub max_write: u32,
     /// Request queues offered besides the high-priority queue.
     pub num_request_queues: u16,
     /// The tag offered in the device config space (`--tag`), if any.
@@ -329,7 +331,9 @@ impl Bound {
         F: dispatch::ServedFs,
     {
         let cfg = &self.cfg;
-        let dispatcher = Dispatcher::new(fs, cfg.max_pages).allow_mmap(cfg.allow_mmap);
+        let dispatcher = Dispatcher::new(fs, cfg.max_pages)
+            .max_write(cfg.max_write)
+            .allow_mmap(cfg.allow_mmap);
         let fs = dispatcher.fs.clone();
         let backend = FsBackend::new(
             dispatcher,

@@ -329,10 +329,13 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
     };
     let mut dev = Device::connect(be.socket(), &copts)?;
     let init = dev.init(ops::DEFAULT_INIT_FLAGS)?;
-    let wls = selected(workloads(&[init.max_write]), &o.only);
+    // The largest READ the backend takes; a write larger than its max_write goes as WRITEs of
+    // max_write bytes, as a guest sends it.
+    let max_io = u32::from(init.max_pages) * 4096;
+    let wls = selected(workloads(&[max_io]), &o.only);
     let bench = dev.mkdir(ops::ROOT_ID, b"fuse", 0o755)?.nodeid;
     let meta = dev.mkdir(bench, b"meta", 0o755)?.nodeid;
-    let data: Arc<[u8]> = Arc::from(vec![0xA5u8; init.max_write as usize]);
+    let data: Arc<[u8]> = Arc::from(vec![0xA5u8; max_io.max(1 << 20) as usize]);
     let (file, _) = dev.create(bench, b"data", 0o644, libc::O_RDWR as u32)?;
     let (nid, d) = (file.nodeid, o.depth);
     let mut nodes = Vec::new();
@@ -346,9 +349,24 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
                     let fh = dev.open(nid, libc::O_RDWR as u32)?.fh;
                     let offs = (0..n / u64::from(bs)).map(|i| i * u64::from(bs));
                     let reqs: Vec<_> = if matches!(w, Wl::SeqWrite(_)) {
-                        let chunk: Arc<[u8]> = Arc::from(&data[..bs as usize]);
-                        offs.map(|off| ops::write(nid, fh, off, chunk.clone()))
-                            .collect()
+                        // Pieces of max_write bytes, the last one what is left of the block.
+                        let piece = bs.min(init.max_write);
+                        let full: Arc<[u8]> = Arc::from(&data[..piece as usize]);
+                        let tail: Arc<[u8]> =
+                            Arc::from(&data[..(bs - piece * (bs.div_ceil(piece) - 1)) as usize]);
+                        offs.flat_map(|off| {
+                            let (full, tail) = (full.clone(), tail.clone());
+                            let n = bs.div_ceil(piece);
+                            (0..n).map(move |k| {
+                                let chunk = if k + 1 == n {
+                                    tail.clone()
+                                } else {
+                                    full.clone()
+                                };
+                                ops::write(nid, fh, off + u64::from(k * piece), chunk)
+                            })
+                        })
+                        .collect()
                     } else {
                         offs.map(|off| ops::read(nid, fh, off, bs)).collect()
                     };
@@ -454,7 +472,7 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
     // Read the peak RSS while connected: a backend may exit as soon as the frontend leaves.
     let rss = be.peak_rss_kib().ok();
     drop(dev);
-    Ok((out, init.max_write, rss))
+    Ok((out, max_io, rss))
 }
 
 fn spawn(o: &Opts, cmd: &str, sock: &Path) -> Result<BackendProcess> {
@@ -502,7 +520,7 @@ fn run() -> Result<()> {
         drop(be);
         let _ = fs::remove_dir_all(o.dir.join("fuse"));
         let _ = fs::remove_file(&sock);
-        eprintln!("{name}: done (max_write {max_io})");
+        eprintln!("{name}: done (largest READ {max_io})");
         cols.push((name.clone(), res, rss));
     }
     let wls = selected(workloads(&max_ios), &o.only);
