@@ -116,15 +116,17 @@ pub fn build_reply(
         enabled |= FsOptions::INIT_EXT;
     }
     let page = page_size as u32;
+    // `pages` pages of WRITE, at most `max_write` (`--max-write`) but at least one page.
+    let write_of = |pages: u16| (u32::from(pages) * page).min(max_write).max(page);
     let negotiated = if enabled.contains(FsOptions::MAX_PAGES) {
         Negotiated {
             max_pages,
-            max_write: (u32::from(max_pages) * page).min(max_write).max(page),
+            max_write: write_of(max_pages),
         }
     } else {
         let pages = max_pages.min(KERNEL_DEFAULT_MAX_PAGES);
         let max_write = if enabled.contains(FsOptions::BIG_WRITES) {
-            (u32::from(pages) * page).min(max_write).max(page)
+            write_of(pages)
         } else {
             SMALL_MAX_WRITE
         };

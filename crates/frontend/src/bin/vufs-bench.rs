@@ -351,12 +351,11 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
                     let reqs: Vec<_> = if matches!(w, Wl::SeqWrite(_)) {
                         // Pieces of max_write bytes, the last one what is left of the block.
                         let piece = bs.min(init.max_write);
+                        let n = bs.div_ceil(piece);
                         let full: Arc<[u8]> = Arc::from(&data[..piece as usize]);
-                        let tail: Arc<[u8]> =
-                            Arc::from(&data[..(bs - piece * (bs.div_ceil(piece) - 1)) as usize]);
+                        let tail: Arc<[u8]> = Arc::from(&data[..(bs - piece * (n - 1)) as usize]);
                         offs.flat_map(|off| {
                             let (full, tail) = (full.clone(), tail.clone());
-                            let n = bs.div_ceil(piece);
                             (0..n).map(move |k| {
                                 let chunk = if k + 1 == n {
                                     tail.clone()
