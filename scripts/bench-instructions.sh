@@ -37,9 +37,10 @@
 # every request is served on the queue thread in both and no hand-off between threads is
 # counted; otherwise their defaults (union-virtiofsd also gets minfreespace=0, the tmpfs being
 # smaller than mergerfs's 4G floor, and --max-write 4177920, so that the 1 MiB WRITE row is
-# one request as in virtiofsd: its default sends a guest's 1 MiB write as two 512 KiB ones). union-virtiofsd is a release build with debug info
-# (CARGO_PROFILE_RELEASE_DEBUG=true, in target/callgrind so the normal release build is left
-# alone); virtiofsd is the cargo-installed 1.14.
+# one request as in virtiofsd: its default sends a guest's 1 MiB write as two 512 KiB ones).
+# union-virtiofsd is a release build with debug info (CARGO_PROFILE_RELEASE_DEBUG=true, in
+# target/callgrind so the normal release build is left alone); virtiofsd is the
+# cargo-installed 1.14.
 #
 # Output (stdout and DIR/instructions.md, DIR defaulting to .cache/bench): one table (row,
 # instructions per request of each daemon, ratio, whether the 0.8x target is met), then the

@@ -18,7 +18,7 @@ use crate::args::{
 use crate::fs::session::FindBy;
 use crate::fs::FsConfig;
 use crate::union::Branch;
-use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT};
+use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT};
 use registry::Settings;
 
 /// Largest accepted `--thread-pool-size`.
@@ -51,7 +51,7 @@ pub enum ConfigError {
     #[error("--max-pages {0} is out of range 1..={MAX_PAGES_LIMIT}")]
     MaxPages(u32),
     /// --max-write not a multiple of 4096 in 4096..=1020 pages.
-    #[error("--max-write {0} is not a multiple of 4096 in 4096..={max}", max = u32::from(MAX_PAGES_LIMIT) * 4096)]
+    #[error("--max-write {0} is not a multiple of 4096 in 4096..={MAX_WRITE_LIMIT}")]
     MaxWrite(u32),
     /// --num-request-queues outside 1..=63.
     #[error("--num-request-queues {0} is out of range 1..={MAX_REQUEST_QUEUES}")]
@@ -223,7 +223,7 @@ impl TryFrom<Args> for Config {
             .filter(|p| (1..=MAX_PAGES_LIMIT).contains(p))
             .ok_or(ConfigError::MaxPages(args.max_pages))?;
         let max_write = Some(args.max_write)
-            .filter(|w| w % 4096 == 0 && (4096..=u32::from(MAX_PAGES_LIMIT) * 4096).contains(w))
+            .filter(|w| w % 4096 == 0 && (4096..=MAX_WRITE_LIMIT).contains(w))
             .ok_or(ConfigError::MaxWrite(args.max_write))?;
         let num_request_queues = u16::try_from(args.num_request_queues)
             .ok()

@@ -67,9 +67,7 @@ impl UnionFs {
     /// The node's bound copy when `func`'s policy is getattr's (or the node has no name):
     /// `None` when the policy must search by path.
     fn bound_for(&self, func: Func, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
-        let policies = &self.view().opts.policies;
-        let own_policy = policies.get(func) != policies.get(Func::Getattr);
-        if !own_policy || !self.inodes.linked(inode) {
+        if !self.own_policy(func) || !self.inodes.linked(inode) {
             match self.node_fd(inode) {
                 Ok(Some(bound)) => return Ok(Some(bound)),
                 Ok(None) => {}
@@ -87,14 +85,19 @@ impl UnionFs {
     /// [`UnionFs::search_node`] once the node's bound copy did not answer: `func`'s policy
     /// searches the node's path (and getattr's result binds the node).
     fn search_node_by_path(&self, func: Func, inode: u64) -> io::Result<Found> {
-        let policies = &self.view().opts.policies;
-        let own_policy = policies.get(func) != policies.get(Func::Getattr);
         let rel = self.inodes.path(inode)?;
         let f = self.search(func, &rel)?;
-        if !own_policy {
+        if !self.own_policy(func) {
             self.inodes.bind(inode, self.bind_of(&f));
         }
         Ok(f)
+    }
+
+    /// Whether `func` searches with a policy of its own rather than getattr's (whose result a
+    /// node is bound to).
+    fn own_policy(&self, func: Func) -> bool {
+        let policies = &self.view().opts.policies;
+        policies.get(func) != policies.get(Func::Getattr)
     }
 
     /// What a lookup that found `f` binds its node to.

@@ -31,6 +31,9 @@ const SMALL_MAX_WRITE: u32 = 4096;
 /// it (they still grow to max_pages).
 pub const DEFAULT_MAX_WRITE: u32 = 512 * 1024;
 
+/// The largest `--max-write`: all [`MAX_PAGES_LIMIT`] pages of 4 KiB.
+pub const MAX_WRITE_LIMIT: u32 = MAX_PAGES_LIMIT as u32 * 4096;
+
 /// The transfer limits announced to the guest in the INIT reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Negotiated {

@@ -40,7 +40,9 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 pub use backend::{FsBackend, MAX_QUEUE_SIZE};
 pub use chain::Ring;
 pub use dispatch::Dispatcher;
-pub use init::{effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT};
+pub use init::{
+    effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
+};
 
 /// Where the frontend connects.
 #[derive(Clone, Debug, PartialEq, Eq)]
