@@ -31,6 +31,12 @@
 #   readdirplus               one listing of a 1,000-entry directory as a Linux guest does it:
 #                             OPENDIR, READDIRPLUS with one 4 KiB page each (about 40), RELEASEDIR;
 #                             per listing, the entries being known from the first one
+# Also accepted by --rows, not run by default (the rest of what fsx's mix sends, on the same
+# 16 MiB file, open O_RDWR): getxattr (security.capability, size only, none there: ENODATA,
+# as a guest asks before a write; virtiofsd then gets --xattr, without which it answers
+# ENOSYS once and is never asked again), fsync, fallocate (mode 0, 4 KiB inside the file),
+# truncate (the size one page shorter and back), open-close (OPEN, FLUSH, RELEASE: three
+# requests per row request).
 #
 # Both daemons: --sandbox none and --seccomp none (valgrind cannot follow the namespace
 # sandbox's fork and its own system calls would hit the filter), --thread-pool-size 0, so
@@ -116,13 +122,13 @@ cleanup() {
 trap cleanup EXIT
 mount -t tmpfs -o size=256M tmpfs "$mnt"
 
-# daemon_cmd WHO SOCKET DIR: the command line of daemon WHO (ours, theirs) serving DIR.
+# daemon_cmd WHO SOCKET DIR ROW: the command line of daemon WHO (ours, theirs) serving DIR.
 daemon_cmd() {
     case "$1" in
     ours) echo "$bin/union-virtiofsd --socket-path $2 --shared-dir $3 -o minfreespace=0 \
         --sandbox none --seccomp none --thread-pool-size 0 --max-write 4177920" ;;
     theirs) echo "$vfsd --socket-path $2 --shared-dir $3 --sandbox none --seccomp none \
-        --thread-pool-size 0" ;;
+        --thread-pool-size 0$([ "$4" != getxattr ] || echo ' --xattr')" ;;
     esac
 }
 
@@ -135,7 +141,7 @@ run_one() {
     rm -f "$sock"
     # shellcheck disable=SC2046
     "$valgrind" --tool=callgrind --callgrind-out-file="$base.out" \
-        $(daemon_cmd "$who" "$sock" "$dir") >"$base.log" 2>&1 &
+        $(daemon_cmd "$who" "$sock" "$dir" "$row") >"$base.log" 2>&1 &
     daemon=$!
     # Out of the job table: bash would report the planned SIGUSR2 death on stderr.
     disown "$daemon"
@@ -172,6 +178,7 @@ label() {
     read-1m) echo "read 1 MiB" ;; write-1m) echo "write 1 MiB" ;;
     lookup-missing) echo "lookup (not found)" ;; lookup) echo "lookup (found)" ;;
     readdirplus) echo "readdirplus, 1,000 entries" ;;
+    open-close) echo "open + flush + release" ;;
     *) echo "$1" ;;
     esac
 }

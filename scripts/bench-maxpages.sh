@@ -7,11 +7,14 @@
 #   k7-32, k7-256, k7-1020   Debian trixie-backports kernel (7.x), booted with
 #                            uvfs.max_pages_limit=1020 (qemu/init raises fs.fuse.max_pages_limit
 #                            before mounting), so that 1020 pages (~4 MiB) can be negotiated
-# The settings are run in turn, RUNS times (default 3), the order reversed every other run,
+# The settings are run in turn, RUNS times (default 5), the order reversed every other run,
 # and each cell is the median with the spread (min-max) over the runs, next to the daemon's
 # CPU seconds per GiB that crossed it (median). Ratio columns divide medians: 256/32 on each
-# kernel and 1020/32 on 7.x, throughput first (above 1: faster with larger requests), then CPU
-# per GiB (below 1: the daemon spends less per byte with larger requests).
+# kernel and 1020/32 on 7.x, throughput first (above 1: faster with larger requests) with a
+# verdict, then CPU per GiB (below 1: the daemon spends less per byte with larger requests).
+# The verdict is "faster" or "slower" only when every run of one setting beat every run of
+# the other (with 5 runs each, noise alone does that once in 252 comparisons), "even" when
+# the two ranges overlap: on this 2-core TCG host one run strays by up to ±10%.
 #
 #   scripts/bench-maxpages.sh [--runs N] [--out DIR] [--workloads a,b,...] [--settings s,...]
 #                             [--size MIB] [--fio-seconds S] [--quick] [--count-requests]
@@ -62,7 +65,7 @@
 # reads and writes it).
 #
 # Not part of the test suite. Each boot runs all of its workloads; the defaults (5 settings x
-# 3 boots x 3 runs = 45 boots) take about 25 minutes on the 2-core machine, --count-requests 5
+# 3 boots x 5 runs = 75 boots) take about 40 minutes on the 2-core machine, --count-requests 5
 # more. --settings also takes k6-64, k6-128, k7-64, k7-128 and k7-512 (not run by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -95,7 +98,7 @@ if [ "$quick" = 1 ]; then
     runs=${runs:-1}
     fio_seconds=${fio_seconds:-0}
 fi
-runs=${runs:-3}
+runs=${runs:-5}
 fio_seconds=${fio_seconds:-3}
 [[ $fio_seconds =~ ^[0-9]+$ ]] || die "--fio-seconds: whole seconds, not $fio_seconds"
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs: a positive number, not $runs"
@@ -423,10 +426,18 @@ table() {
     }
     function lo(list,   a, n) { n = sort(list, a); return a[1] }
     function hi(list,   a, n) { n = sort(list, a); return a[n] }
+    # faster / slower only when every run of one setting beat every run of the other (the
+    # ranges do not overlap: with 5 runs each, 1 chance in 252 of happening by noise alone);
+    # even otherwise.
+    function verdict(w, num, den) {
+        if (lo(thr[num, w]) > hi(thr[den, w])) return "faster"
+        if (hi(thr[num, w]) < lo(thr[den, w])) return "slower"
+        return "even"
+    }
     function ratio(w, num, den,   a, b, c, d) {
         a = median(thr[num, w]); b = median(thr[den, w]); c = median(cpu[num, w]); d = median(cpu[den, w])
         if (a == "" || b == "" || b == 0) return "–"
-        return sprintf("%.2f× · CPU %s", a / b, (c != "" && d > 0) ? sprintf("%.2f×", c / d) : "–")
+        return sprintf("%.2f× %s · CPU %s", a / b, verdict(w, num, den), (c != "" && d > 0) ? sprintf("%.2f×", c / d) : "–")
     }
     {
         thr[$1, $2] = thr[$1, $2] " " $4
@@ -442,7 +453,7 @@ table() {
         if (has["k6-32"] && has["k6-256"]) { R[++nr] = "k6-256 k6-32"; head = head " 256/32 (" k6v ") |"; rule = rule "---|" }
         if (has["k7-32"] && has["k7-256"]) { R[++nr] = "k7-256 k7-32"; head = head " 256/32 (" k7v ") |"; rule = rule "---|" }
         if (has["k7-32"] && has["k7-1020"]) { R[++nr] = "k7-1020 k7-32"; head = head " 1020/32 (" k7v ") |"; rule = rule "---|" }
-        printf "%s MiB file, %d run(s); cells: MiB/s median (min–max) · daemon CPU s/GiB (median); columns: kernel · max_pages\n\n", size, runs
+        printf "%s MiB file, %d run(s); cells: MiB/s median (min–max) · daemon CPU s/GiB (median); columns: kernel · max_pages; ratios: faster/slower when the two ranges do not overlap, even when they do\n\n", size, runs
         print head; print rule
         for (j = 1; j <= nw; j++) {
             w = W[j]; row = "| " w " |"

@@ -77,12 +77,18 @@ install_virtiofsd() {
 # bench_tools: what the guest benchmarks share. virtiofsd 1.14 (cargo install'ed into
 # .cache/tools if absent), fio, this daemon's release build, and the guest archive with fio,
 # coreutils' date and a source tree (about 2,000 headers from /usr/include) under /opt/bench.
-# Sets vfsd, ours and bench_cpio.
+# Sets vfsd, ours and bench_cpio. UVFS_DAEMON=PATH benchmarks that binary instead of the
+# tree's release build (another build of this daemon, for an A/B comparison).
 bench_tools() {
     vfsd=$(install_virtiofsd)
     command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
-    (cd "$UVFS_ROOT" && cargo build --quiet --release --bin union-virtiofsd >&2)
-    ours="$UVFS_ROOT/target/release/union-virtiofsd"
+    if [ -n "${UVFS_DAEMON:-}" ]; then
+        [ -x "$UVFS_DAEMON" ] || die "UVFS_DAEMON=$UVFS_DAEMON is not an executable"
+        ours=$UVFS_DAEMON
+    else
+        (cd "$UVFS_ROOT" && cargo build --quiet --release --bin union-virtiofsd >&2)
+        ours="$UVFS_ROOT/target/release/union-virtiofsd"
+    fi
     bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
     if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "${BASH_SOURCE[0]}" ]; then
         local w p

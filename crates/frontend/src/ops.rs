@@ -389,3 +389,38 @@ pub fn flush(nodeid: u64, fh: u64, owner: u64) -> FuseRequest {
     };
     FuseRequest::new(Opcode::Flush as u32, nodeid, a.as_slice().to_vec(), 0)
 }
+
+/// FUSE_GETXATTR of `name`, offering `size` bytes for the value (0: only its size, as a
+/// Linux guest asks for `security.capability` before a write).
+pub fn getxattr(nodeid: u64, name: &[u8], size: u32) -> FuseRequest {
+    let a = fuse_abi::GetxattrIn { size, padding: 0 };
+    let args = cat(&[a.as_slice(), &name_bytes(name)]);
+    let reply = if size == 0 {
+        size_of::<fuse_abi::GetxattrOut>()
+    } else {
+        size as usize
+    };
+    FuseRequest::new(Opcode::Getxattr as u32, nodeid, args, reply)
+}
+
+/// FUSE_FSYNC of handle `fh` (`datasync`: fdatasync).
+pub fn fsync(nodeid: u64, fh: u64, datasync: bool) -> FuseRequest {
+    let a = fuse_abi::FsyncIn {
+        fh,
+        fsync_flags: u32::from(datasync),
+        padding: 0,
+    };
+    FuseRequest::new(Opcode::Fsync as u32, nodeid, a.as_slice().to_vec(), 0)
+}
+
+/// FUSE_FALLOCATE of `length` bytes at `offset` with fallocate(2) `mode`.
+pub fn fallocate(nodeid: u64, fh: u64, offset: u64, length: u64, mode: u32) -> FuseRequest {
+    let a = fuse_abi::FallocateIn {
+        fh,
+        offset,
+        length,
+        mode,
+        padding: 0,
+    };
+    FuseRequest::new(Opcode::Fallocate as u32, nodeid, a.as_slice().to_vec(), 0)
+}

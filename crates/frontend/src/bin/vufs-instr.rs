@@ -42,9 +42,33 @@ enum Row {
     Create,
     Unlink,
     Readdirplus,
+    /// GETXATTR of `security.capability` (size only, none there: ENODATA), as a Linux guest
+    /// asks before writing to a file whose attributes it refreshed.
+    Getxattr,
+    Fsync,
+    /// FALLOCATE (mode 0) of 4 KiB inside the file.
+    Fallocate,
+    /// SETATTR of the size, alternately one page shorter and back.
+    Truncate,
+    /// OPEN, FLUSH and RELEASE: a guest's open(2) and close(2) (three requests).
+    OpenClose,
 }
 
 impl Row {
+    /// Whether the row works on the one data file (opened O_RDWR) rather than a directory.
+    fn on_file(self) -> bool {
+        matches!(
+            self,
+            Row::Read(_)
+                | Row::Write(_)
+                | Row::Getxattr
+                | Row::Fsync
+                | Row::Fallocate
+                | Row::Truncate
+                | Row::OpenClose
+        )
+    }
+
     fn parse(s: &str) -> Option<Row> {
         Some(match s {
             "read-4k" => Row::Read(4096),
@@ -58,6 +82,11 @@ impl Row {
             "create" => Row::Create,
             "unlink" => Row::Unlink,
             "readdirplus" => Row::Readdirplus,
+            "getxattr" => Row::Getxattr,
+            "fsync" => Row::Fsync,
+            "fallocate" => Row::Fallocate,
+            "truncate" => Row::Truncate,
+            "open-close" => Row::OpenClose,
             _ => return None,
         })
     }
@@ -118,7 +147,7 @@ fn name(i: usize) -> Vec<u8> {
 /// The row's host files: `data` for I/O rows, otherwise directory `d` holding what the row needs.
 fn layout(dir: &Path, row: Row, setup: usize) -> Result<()> {
     let io = |e: std::io::Error| Error::Process(format!("layout in {}: {e}", dir.display()));
-    if let Row::Read(_) | Row::Write(_) = row {
+    if row.on_file() {
         let chunk = vec![0xA5u8; 1 << 20];
         let mut f = File::create(dir.join("data")).map_err(io)?;
         for _ in 0..FILE_SIZE / chunk.len() as u64 {
@@ -210,19 +239,11 @@ fn all_asleep(pid: u32) -> Result<bool> {
 /// Set-up (`setup` sized), then `count` requests of the row's kind, one at a time.
 fn drive(dev: &mut Paced, o: &Opts) -> Result<()> {
     dev.next()?.init(ops::DEFAULT_INIT_FLAGS)?;
-    if let Row::Read(bs) | Row::Write(bs) = o.row {
+    if o.row.on_file() {
         let nid = dev.next()?.lookup(ops::ROOT_ID, b"data")?.nodeid;
         let fh = dev.next()?.open(nid, libc::O_RDWR as u32)?.fh;
-        let data = vec![0x5Au8; bs as usize];
         for i in 0..o.count as u64 {
-            let off = i * u64::from(bs) % FILE_SIZE;
-            let done = match o.row {
-                Row::Read(_) => dev.next()?.read(nid, fh, off, bs)?.len(),
-                _ => dev.next()?.write(nid, fh, off, &data)? as usize,
-            };
-            if done != bs as usize {
-                return Err(Error::BadReply(format!("{done} bytes at {off}")));
-            }
+            on_file(dev, o.row, nid, fh, i)?;
         }
         return dev.next()?.release(nid, fh);
     }
@@ -259,8 +280,61 @@ fn drive(dev: &mut Paced, o: &Opts) -> Result<()> {
             }
             Row::Unlink => dev.next()?.unlink(d, &name(i))?,
             Row::Readdirplus => list(dev, d)?,
-            Row::Read(_) | Row::Write(_) => unreachable!("served above"),
+            _ => unreachable!("served above"),
         }
+    }
+    Ok(())
+}
+
+/// The `i`-th request of a file row on node `nid`, open as handle `fh`.
+fn on_file(dev: &mut Paced, row: Row, nid: u64, fh: u64, i: u64) -> Result<()> {
+    let expect = |what: &str, got: Option<i32>, want: Option<i32>| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(Error::BadReply(format!("{what}: errno {got:?}")))
+        }
+    };
+    match row {
+        Row::Read(bs) | Row::Write(bs) => {
+            let off = i * u64::from(bs) % FILE_SIZE;
+            let done = match row {
+                Row::Read(_) => dev.next()?.read(nid, fh, off, bs)?.len(),
+                _ => {
+                    let data = vec![0x5Au8; bs as usize];
+                    dev.next()?.write(nid, fh, off, &data)? as usize
+                }
+            };
+            if done != bs as usize {
+                return Err(Error::BadReply(format!("{done} bytes at {off}")));
+            }
+        }
+        Row::Getxattr => {
+            let r = dev
+                .next()?
+                .send(&ops::getxattr(nid, b"security.capability", 0))?;
+            expect("getxattr", r.errno(), Some(libc::ENODATA))?;
+        }
+        Row::Fsync => {
+            let r = dev.next()?.send(&ops::fsync(nid, fh, false))?;
+            expect("fsync", r.errno(), None)?;
+        }
+        Row::Fallocate => {
+            let off = i * 4096 % FILE_SIZE;
+            let r = dev.next()?.send(&ops::fallocate(nid, fh, off, 4096, 0))?;
+            expect("fallocate", r.errno(), None)?;
+        }
+        Row::Truncate => {
+            let size = FILE_SIZE - 4096 * (i % 2);
+            dev.next()?.send(&ops::truncate(nid, size))?.payload()?;
+        }
+        Row::OpenClose => {
+            let h = dev.next()?.open(nid, libc::O_RDWR as u32)?.fh;
+            let r = dev.next()?.send(&ops::flush(nid, h, 1))?;
+            expect("flush", r.errno(), None)?;
+            dev.next()?.release(nid, h)?;
+        }
+        _ => unreachable!("not a file row"),
     }
     Ok(())
 }
