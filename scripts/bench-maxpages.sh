@@ -10,7 +10,7 @@
 # The settings are run in turn, RUNS times (default 5), the order reversed every other run,
 # and each cell is the median with the spread (min-max) over the runs, next to the daemon's
 # CPU seconds per GiB that crossed it (median). Ratio columns divide medians: 256/32 on each
-# kernel and 1020/32 on 7.x, throughput first (above 1: faster with larger requests) with a
+# kernel, 1020/32 and 1020/256 on 7.x, throughput first (above 1: faster with larger requests) with a
 # verdict, then CPU per GiB (below 1: the daemon spends less per byte with larger requests).
 # The verdict is "faster" or "slower" only when every run of one setting beat every run of
 # the other (with 5 runs each, noise alone does that once in 252 comparisons), "even" when
@@ -453,6 +453,7 @@ table() {
         if (has["k6-32"] && has["k6-256"]) { R[++nr] = "k6-256 k6-32"; head = head " 256/32 (" k6v ") |"; rule = rule "---|" }
         if (has["k7-32"] && has["k7-256"]) { R[++nr] = "k7-256 k7-32"; head = head " 256/32 (" k7v ") |"; rule = rule "---|" }
         if (has["k7-32"] && has["k7-1020"]) { R[++nr] = "k7-1020 k7-32"; head = head " 1020/32 (" k7v ") |"; rule = rule "---|" }
+        if (has["k7-256"] && has["k7-1020"]) { R[++nr] = "k7-1020 k7-256"; head = head " 1020/256 (" k7v ") |"; rule = rule "---|" }
         printf "%s MiB file, %d run(s); cells: MiB/s median (min–max) · daemon CPU s/GiB (median); columns: kernel · max_pages; ratios: faster/slower when the two ranges do not overlap, even when they do\n\n", size, runs
         print head; print rule
         for (j = 1; j <= nw; j++) {

@@ -280,10 +280,12 @@ fn max_write_bounds_writes_but_not_reads() {
 }
 
 /// Large READs: every byte lands where it belongs, at any offset, and a read past the end of
-/// the file is short exactly there.
+/// the file is short exactly there. With more than one CPU they are filled in pieces by
+/// several threads (src/vhost/split.rs), ends of file inside any piece included.
 #[test]
 fn large_reads_are_exact_at_any_offset_and_at_the_end_of_the_file() {
-    let mut d = Daemon::start(&["rw"], &["--thread-pool-size", "4"]);
+    let extra = ["--thread-pool-size", "4", "--log-level", "debug"];
+    let mut d = Daemon::start(&["rw"], &extra);
     let len = (3 << 20) + 1234;
     let data: Vec<u8> = (0..len as u64)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
@@ -315,6 +317,21 @@ fn large_reads_are_exact_at_any_offset_and_at_the_end_of_the_file() {
     }
     dev.release(e.nodeid, fh).unwrap();
     assert_serving(&mut d, &mut dev, "large reads");
+    // One piece per 512 KiB, per thread that can run (this one and 4 workers), per CPU.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let split = d.log().lines().filter(|l| l.contains(" pieces")).count();
+    if cpus > 1 {
+        let want = format!("READ in {} pieces", cpus.min(5).min(max >> 19));
+        assert!(
+            d.log().contains(&want),
+            "no '{want}' with {cpus} CPUs:\n{}",
+            d.log()
+        );
+        // The 1 MiB reads split too; the one past the end of the file may not reach it.
+        assert!(split >= 4, "{split} split READs of 6");
+    } else {
+        assert_eq!(split, 0, "split on one CPU");
+    }
 }
 
 #[test]

@@ -67,7 +67,7 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
     num_request_queues: u16,
     mem: RwLock<Option<GuestMem>>,
     event_idx: AtomicBool,
-    pool: Option<Pool>,
+    pool: Option<Arc<Pool>>,
     /// Threads of their own for requests that may wait without bound (SETLKW).
     waiting: WaitThreads,
     /// `--tag`: offered in the config space with VHOST_USER_PROTOCOL_F_CONFIG.
@@ -101,10 +101,10 @@ where
     ) -> io::Result<Self> {
         let pool = match thread_pool_size {
             0 => None,
-            n => Some(Pool::new(n)?),
+            n => Some(Arc::new(Pool::new(n)?)),
         };
         Ok(FsBackend {
-            dispatcher: Arc::new(dispatcher),
+            dispatcher: Arc::new(dispatcher.helpers(pool.clone())),
             num_request_queues: num_request_queues.max(1),
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),

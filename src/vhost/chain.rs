@@ -27,6 +27,9 @@ const INLINE: usize = 6;
 pub(crate) struct Parts<'a, B: BitmapSlice> {
     readable: SmallVec<[VolatileSlice<'a, B>; INLINE]>,
     writable: SmallVec<[VolatileSlice<'a, B>; INLINE]>,
+    /// Where each writable buffer starts in guest memory (for another thread to map a part
+    /// of the reply again: [`Parts::writable_spans`]).
+    writable_at: SmallVec<[GuestAddress; INLINE]>,
 }
 
 /// Why a chain cannot be served.
@@ -51,6 +54,7 @@ impl<'a> Parts<'a, Mapped<'a>> {
         let mut parts = Parts {
             readable: SmallVec::new(),
             writable: SmallVec::new(),
+            writable_at: SmallVec::new(),
         };
         for d in descriptors {
             if d.len() == 0 {
@@ -61,6 +65,7 @@ impl<'a> Parts<'a, Mapped<'a>> {
                 .map_err(|_| Bad::Address)?;
             if d.is_write_only() {
                 parts.writable.push(s);
+                parts.writable_at.push(d.addr());
             } else if parts.writable.is_empty() {
                 parts.readable.push(s);
             } else {
@@ -81,6 +86,50 @@ impl<'a, B: BitmapSlice> Parts<'a, B> {
     pub(crate) fn writer(&self) -> Cursor<'_, 'a, B> {
         Cursor::new(&self.writable)
     }
+
+    /// The writable bytes from `skip` on, `len` of them (at most what there is), as guest
+    /// memory spans: what another thread maps with [`map_spans`] to fill that part of the
+    /// reply.
+    pub(crate) fn writable_spans(&self, skip: usize, len: usize) -> Vec<(GuestAddress, usize)> {
+        let spans = self.writable_at.iter().zip(&self.writable);
+        cut_spans(spans.map(|(&at, b)| (at, b.len())), skip, len)
+    }
+}
+
+/// Bytes `start..start + len` (at most what there is) of the guest memory `spans`, as spans.
+pub(crate) fn cut_spans(
+    spans: impl IntoIterator<Item = (GuestAddress, usize)>,
+    mut start: usize,
+    len: usize,
+) -> Vec<(GuestAddress, usize)> {
+    let mut want = len;
+    let mut out = Vec::new();
+    for (at, n) in spans {
+        if want == 0 {
+            break;
+        }
+        if start >= n {
+            start -= n;
+            continue;
+        }
+        let k = (n - start).min(want);
+        // Inside a buffer that was mapped: the sum cannot overflow.
+        out.push((GuestAddress(at.0 + start as u64), k));
+        want -= k;
+        start = 0;
+    }
+    out
+}
+
+/// Maps `spans` (from [`Parts::writable_spans`]) of `mem`, in order.
+pub(crate) fn map_spans<'a>(
+    mem: &'a GuestMemoryMmap<Logged>,
+    spans: &[(GuestAddress, usize)],
+) -> Result<SmallVec<[VolatileSlice<'a, Mapped<'a>>; INLINE]>, Bad> {
+    spans
+        .iter()
+        .map(|&(at, len)| mem.get_slice(at, len).map_err(|_| Bad::Address))
+        .collect()
 }
 
 /// Where a queue's descriptor table is in guest memory, and its number of entries.
@@ -194,7 +243,8 @@ pub(crate) struct Cursor<'p, 'a, B: BitmapSlice> {
 }
 
 impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
-    fn new(bufs: &'p [VolatileSlice<'a, B>]) -> Self {
+    /// A cursor at the start of `bufs`.
+    pub(crate) fn new(bufs: &'p [VolatileSlice<'a, B>]) -> Self {
         let left = bufs.iter().map(|b| b.len()).sum();
         Cursor {
             bufs,
@@ -449,6 +499,53 @@ mod tests {
             size: 16,
         };
         (chain.unwrap(), ring)
+    }
+
+    #[test]
+    fn writable_spans_map_back_to_the_same_bytes() {
+        let m = mem();
+        // Header and argument readable; a 16-byte reply header, then three data buffers.
+        let descs = [
+            d(0x2000, 40, false),
+            d(0x2100, 40, false),
+            d(0x3000, 16, true),
+            d(0x5000, 100, true),
+            d(0x7000, 50, true),
+            d(0x9000, 200, true),
+        ];
+        let parts = Parts::map(&m, descs).unwrap();
+        let a = GuestAddress;
+        assert_eq!(
+            parts.writable_spans(16, 170),
+            vec![(a(0x5000), 100), (a(0x7000), 50), (a(0x9000), 20)]
+        );
+        assert_eq!(
+            parts.writable_spans(10, 100),
+            vec![(a(0x300a), 6), (a(0x5000), 94)]
+        );
+        assert_eq!(parts.writable_spans(366, 10), vec![]);
+        assert_eq!(parts.writable_spans(300, 1000), vec![(a(0x9000 + 134), 66)]);
+        // Mapped again, a span list reads and writes the very bytes the cursor does.
+        let data: Vec<u8> = (0..=255u8).cycle().take(350).collect();
+        parts
+            .writer()
+            .write_all(&{
+                let mut v = vec![0u8; 16];
+                v.extend(&data);
+                v
+            })
+            .unwrap();
+        let spans = parts.writable_spans(16 + 90, 100);
+        let cut = cut_spans(parts.writable_spans(16, 350), 90, 100);
+        assert_eq!(spans, cut);
+        let slices = map_spans(&m, &spans).unwrap();
+        let mut got = vec![0u8; 100];
+        Cursor::new(&slices).read_exact(&mut got).unwrap();
+        assert_eq!(got, &data[90..190]);
+        assert_eq!(
+            map_spans(&m, &[(a(0x10_0000 - 8), 16)]).unwrap_err(),
+            Bad::Address
+        );
     }
 
     #[test]

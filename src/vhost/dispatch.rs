@@ -10,7 +10,6 @@
 
 use std::cell::RefCell;
 use std::mem::size_of;
-use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +21,6 @@ use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writ
 use log::{debug, error, info, warn};
 use virtio_queue::DescriptorChain;
 use vm_memory::bitmap::BitmapSlice;
-use vm_memory::GuestMemoryMmap;
 
 /// A request's view of guest memory (writes into it are logged while migrating).
 type Slice = Logged;
@@ -33,7 +31,9 @@ use super::init::{self, Negotiated};
 use super::io;
 use super::meta::Meta;
 use super::opcode::{self, Own, ServedBy};
+use super::pool::Pool;
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
+use super::split::{self, ChainMemory};
 use super::waiters::Waiters;
 use crate::fs::own::OwnOps;
 use crate::fs::secctx;
@@ -66,6 +66,11 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
     pub(super) waiters: Waiters,
     /// INIT flags fuse-backend-rs has no name for, enabled when the guest offers them.
     raw_init_flags: u64,
+    /// The worker pool, whose idle workers help fill a large READ (`split.rs`); none
+    /// without a pool.
+    helpers: Option<Arc<Pool>>,
+    /// CPUs this process may run on: no more threads than these fill one READ.
+    cpus: usize,
 }
 
 /// Where a request runs: the opcode table's cost; for READ and WRITE, their size (the
@@ -126,7 +131,15 @@ where
             limits: AtomicU64::new(Negotiated::upper_bound(max_pages, page_size).pack()),
             raw_init_flags: 0,
             waiters: Waiters::default(),
+            helpers: None,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
+    }
+
+    /// Lets idle workers of `pool` help fill large READs.
+    pub(crate) fn helpers(mut self, pool: Option<Arc<Pool>>) -> Self {
+        self.helpers = pool;
+        self
     }
 
     /// Caps the `max_write` INIT announces at `bytes` (`--max-write`; none by default here).
@@ -222,7 +235,7 @@ where
     /// number of bytes written into the chain, for `add_used`. Never panics on guest input.
     pub fn handle<M>(&self, chain: DescriptorChain<M>, ring: Ring, queue_size: u16) -> u32
     where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
+        M: ChainMemory,
     {
         // Asked to serve wherever it belongs, it never gives the chain back.
         self.serve_or_defer(chain, ring, queue_size, |_| true)
@@ -241,7 +254,7 @@ where
         here: impl FnOnce(Place) -> bool,
     ) -> Result<u32, (DescriptorChain<M>, Place)>
     where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
+        M: ChainMemory,
     {
         let head = chain.head_index();
         let mem = chain.memory();
@@ -281,7 +294,7 @@ where
             let _view = self.fs.begin_request();
             match info.served_by {
                 ServedBy::Daemon(own @ (Own::Read | Own::Write)) => {
-                    self.serve_io(own, &hdr, r, parts.writer())
+                    self.serve_io(own, &hdr, r, &parts, &chain)
                 }
                 _ => self.serve(&hdr, info, r, parts.writer(), mem, &chain, queue_size),
             }
@@ -311,30 +324,49 @@ where
         Ok(u32::try_from(used).unwrap_or(0))
     }
 
-    /// Serves READ or WRITE straight from the chain's buffers (`r` is past the header).
-    fn serve_io(
+    /// Serves READ or WRITE straight from the chain's buffers (`r` is past the header,
+    /// `parts` the chain's buffers, `chain` the chain they were mapped from).
+    fn serve_io<M: ChainMemory>(
         &self,
         own: Own,
         hdr: &InHeader,
         r: Cursor<'_, '_, Mapped<'_>>,
-        mut w: Cursor<'_, '_, Mapped<'_>>,
+        parts: &Parts<'_, Mapped<'_>>,
+        chain: &DescriptorChain<M>,
     ) -> Result<usize, RequestError> {
+        let mut w = parts.writer();
         let mut ctx = Context::from(hdr);
         if let Err(e) = self.fs.id_remap(&mut ctx) {
             return reply_io_error(&mut w, hdr.unique, &e);
         }
-        if own == Own::Read {
-            io::read(
-                &*self.fs,
-                &ctx,
-                hdr,
-                r,
-                w,
-                self.limits().max_read(self.page_size),
-            )
-        } else {
-            io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write)
+        if own == Own::Write {
+            return io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write);
         }
+        let max_read = self.limits().max_read(self.page_size);
+        io::read(hdr, r, w, max_read, |arg, owner, data| {
+            let read = split::ReadArgs {
+                ctx,
+                nodeid: hdr.nodeid,
+                arg: *arg,
+                owner,
+            };
+            let size = arg.size as usize;
+            let helpers = self
+                .helpers
+                .as_ref()
+                .filter(|_| size >= 2 * split::MIN_PIECE);
+            let count = helpers.map_or(1, |p| split::pieces(size, p.spare(), self.cpus));
+            match helpers {
+                Some(pool) if count > 1 => {
+                    debug!("unique={} READ in {count} pieces", hdr.unique);
+                    let spans = parts.writable_spans(size_of::<OutHeader>(), size);
+                    split::read(pool, &self.fs, read, data, spans, count, || M::hold(chain))
+                }
+                _ => self.fs.read(
+                    &ctx, hdr.nodeid, arg.fh, data, arg.size, arg.offset, owner, arg.flags,
+                ),
+            }
+        })
     }
 
     /// Serves a request whose header `hdr` was read from `r` (which is past it); `w` is the
@@ -353,7 +385,7 @@ where
         queue_size: u16,
     ) -> Result<usize, RequestError>
     where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
+        M: ChainMemory,
     {
         let writer = || -> Result<Writer<'_, Slice>, RequestError> {
             Ok(VirtioFsWriter::new(mem, chain.clone())

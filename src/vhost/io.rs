@@ -15,18 +15,18 @@ use vm_memory::ByteValued;
 use super::chain::Cursor;
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 
-/// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and the data is
-/// copied by the filesystem directly behind it. Returns the used length.
-pub fn read<F, S>(
-    fs: &F,
-    ctx: &Context,
+/// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and `fill`
+/// copies the data directly behind it (given READ's arguments, the lock owner when
+/// READ_LOCKOWNER is set, and a cursor over exactly `size` bytes; it returns how many it
+/// read). Returns the used length.
+pub fn read<S>(
     hdr: &InHeader,
     mut r: Cursor<'_, '_, S>,
     mut w: Cursor<'_, '_, S>,
     max_read: u32,
+    fill: impl FnOnce(&ReadIn, Option<u64>, &mut Cursor<'_, '_, S>) -> std::io::Result<usize>,
 ) -> Result<usize, RequestError>
 where
-    F: FileSystem<Inode = u64, Handle = u64>,
     S: BitmapSlice,
 {
     let arg: ReadIn = r.read_obj().map_err(RequestError::Decode)?;
@@ -45,9 +45,7 @@ where
     let mut data = w.clone();
     data.skip(size_of::<OutHeader>());
     data.limit(arg.size as usize);
-    match fs.read(
-        ctx, hdr.nodeid, arg.fh, &mut data, arg.size, arg.offset, owner, arg.flags,
-    ) {
+    match fill(&arg, owner, &mut data) {
         // A filesystem claiming more than it was asked for must not make us report bytes it
         // never wrote.
         Ok(count) if count <= arg.size as usize => {

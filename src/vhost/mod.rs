@@ -14,6 +14,7 @@ mod opcode;
 mod own;
 mod pool;
 mod reply;
+mod split;
 mod state;
 mod tap;
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub use dispatch::Dispatcher;
 pub use init::{
     effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
 };
+pub use split::{ChainMemory, HeldMemory};
 
 /// Where the frontend connects.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,6 +30,8 @@ pub struct Pool {
 struct Counts {
     idle: AtomicUsize,
     queued: AtomicUsize,
+    /// Workers started so far.
+    started: AtomicUsize,
 }
 
 impl Pool {
@@ -62,7 +64,10 @@ impl Pool {
                     .name(format!("fs-worker-{}", threads.len()))
                     .spawn(move || worker(&rx, &counts))
                 {
-                    Ok(t) => threads.push(t),
+                    Ok(t) => {
+                        threads.push(t);
+                        self.counts.started.fetch_add(1, Ordering::AcqRel);
+                    }
                     Err(e) if threads.is_empty() => {
                         warn!("cannot start a worker thread: {e}");
                         self.counts.queued.fetch_sub(1, Ordering::AcqRel);
@@ -77,6 +82,18 @@ impl Pool {
             self.counts.queued.fetch_sub(1, Ordering::AcqRel);
             e.0
         })
+    }
+
+    /// How many jobs queued now would start at once: the workers waiting for one that no
+    /// queued job claims yet, and those the pool may still start. A hint (it moves as jobs
+    /// come and go), for a request deciding how many pieces to hand out.
+    pub fn spare(&self) -> usize {
+        let c = &self.counts;
+        let free = c
+            .idle
+            .load(Ordering::Acquire)
+            .saturating_sub(c.queued.load(Ordering::Acquire));
+        free + self.size.saturating_sub(c.started.load(Ordering::Acquire))
     }
 
     /// How many workers have been started.
@@ -167,6 +184,29 @@ mod tests {
         gate.wait();
         rx.recv().unwrap();
         assert_eq!(pool.started(), 4);
+        pool.shutdown(true);
+    }
+
+    #[test]
+    fn spare_counts_free_and_unstarted_workers() {
+        let pool = Pool::new(3).unwrap();
+        assert_eq!(pool.spare(), 3, "none started: each can be");
+        // Two jobs that hold their workers until released.
+        let (held, hold) = (Arc::new(std::sync::Barrier::new(3)), 2);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..hold {
+            let (held, tx) = (held.clone(), tx.clone());
+            assert!(pool
+                .spawn(Box::new(move || {
+                    tx.send(()).unwrap();
+                    held.wait();
+                }))
+                .is_ok());
+        }
+        rx.recv().unwrap();
+        rx.recv().unwrap();
+        assert_eq!(pool.spare(), 1, "two busy, one left to start");
+        held.wait();
         pool.shutdown(true);
     }
 

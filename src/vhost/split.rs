@@ -1,0 +1,293 @@
+//! A large READ filled by several threads at once: its reply's data is cut into pieces, the
+//! serving thread fills them one after another, and idle pool workers take pieces too. A
+//! guest that sends a 4 MiB read as one 1020-page READ (instead of four 1 MiB ones at once)
+//! then gets its bytes copied by as many threads as four requests would have had. Knows
+//! descriptors, threads and READ's arguments, not files: the filesystem's `read` fills
+//! each piece.
+//!
+//! Nothing waits on a piece nobody has started: the serving thread takes every piece no
+//! worker has claimed, so a split READ finishes even when every worker is busy elsewhere. A
+//! worker holds its own handle on the chain's guest memory and maps only its piece's
+//! buffers (from the guest addresses the serving thread's one walk of the chain found),
+//! so nothing it touches can go away under it; a worker that comes late finds no piece
+//! left and touches nothing.
+
+use std::io;
+use std::ops::Deref;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use fuse_backend_rs::abi::fuse_abi::ReadIn;
+use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use virtio_queue::DescriptorChain;
+use vm_memory::atomic::GuestMemoryLoadGuard;
+use vm_memory::{GuestAddress, GuestMemoryMmap};
+
+use super::backend::Logged;
+use super::chain::{cut_spans, map_spans, Cursor, Mapped};
+use super::dispatch::ServedFs;
+use super::pool::Pool;
+use crate::sync::{recover, LockRecover};
+
+/// Pieces are at least this large: smaller ones would spend more on the hand-off (a queue
+/// push and a thread wake-up, some microseconds) than another thread saves by copying.
+pub const MIN_PIECE: usize = 512 << 10;
+
+/// At most this many pieces, whatever the size and the number of threads.
+pub const MAX_PIECES: usize = 8;
+
+/// Into how many pieces a READ of `size` bytes is cut, with `spare` workers free to take one
+/// now and `cpus` CPUs to run them: one per [`MIN_PIECE`], one per thread that can run at
+/// once (the serving thread and the spare workers, no more than the CPUs), at most
+/// [`MAX_PIECES`]. 1: not split.
+pub fn pieces(size: usize, spare: usize, cpus: usize) -> usize {
+    (size / MIN_PIECE)
+        .min(spare.saturating_add(1))
+        .min(cpus)
+        .clamp(1, MAX_PIECES)
+}
+
+/// The guest memory of a chain as the dispatcher takes it: how the chain's memory can be
+/// held by another thread while it fills part of the reply.
+pub trait ChainMemory: Deref<Target = GuestMemoryMmap<Logged>> + Clone + Sized {
+    /// A handle on `chain`'s guest memory that a worker may own; `None` where the memory is
+    /// only borrowed (tests, fuzzing), and then requests on it are never split.
+    fn hold(chain: &DescriptorChain<Self>) -> Option<Box<dyn HeldMemory>> {
+        let _ = chain;
+        None
+    }
+}
+
+/// A chain's guest memory, owned by the thread that holds this.
+pub trait HeldMemory: Send {
+    /// The memory.
+    fn memory(&self) -> &GuestMemoryMmap<Logged>;
+}
+
+/// How the vhost-user handler maps guest memory: an owned snapshot of the memory table.
+type Loaded = GuestMemoryLoadGuard<GuestMemoryMmap<Logged>>;
+
+impl HeldMemory for DescriptorChain<Loaded> {
+    fn memory(&self) -> &GuestMemoryMmap<Logged> {
+        DescriptorChain::memory(self)
+    }
+}
+
+impl ChainMemory for Loaded {
+    fn hold(chain: &DescriptorChain<Self>) -> Option<Box<dyn HeldMemory>> {
+        Some(Box::new(chain.clone()))
+    }
+}
+
+impl ChainMemory for &GuestMemoryMmap<Logged> {}
+
+/// One READ's arguments, what each piece is filled with.
+#[derive(Clone, Copy)]
+pub struct ReadArgs {
+    /// The caller, as the filesystem sees it.
+    pub ctx: Context,
+    /// The node read.
+    pub nodeid: u64,
+    /// READ's own arguments (handle, offset, size, flags).
+    pub arg: ReadIn,
+    /// The lock owner, when READ_LOCKOWNER is set.
+    pub owner: Option<u64>,
+}
+
+/// What the serving thread and the workers share for one split READ.
+struct Shared<F> {
+    fs: Arc<F>,
+    read: ReadArgs,
+    /// The reply's data area in guest memory, in order (`read.arg.size` bytes).
+    spans: Vec<(GuestAddress, usize)>,
+    /// Bytes per piece (the last may be shorter).
+    piece: usize,
+    count: usize,
+    /// The next piece nobody has claimed.
+    next: AtomicUsize,
+    /// Each piece's outcome, and how many are in.
+    done: Mutex<Done>,
+    finished: Condvar,
+}
+
+#[derive(Default)]
+struct Done {
+    results: Vec<Option<io::Result<usize>>>,
+    count: usize,
+}
+
+impl<F: ServedFs> Shared<F> {
+    /// Piece `i`'s offset into the data and length.
+    fn bounds(&self, i: usize) -> (usize, usize) {
+        let start = i * self.piece;
+        (start, self.piece.min(self.read.arg.size as usize - start))
+    }
+
+    /// Fills piece `i` through `data`, a cursor over exactly its bytes.
+    fn fill(&self, i: usize, data: &mut Cursor<'_, '_, Mapped<'_>>) -> io::Result<usize> {
+        let (start, len) = self.bounds(i);
+        let r = &self.read;
+        // A panic in the filesystem answers EIO for this piece; the other pieces and the
+        // thread waiting for them carry on.
+        catch_unwind(AssertUnwindSafe(|| {
+            let _view = self.fs.begin_request();
+            self.fs.read(
+                &r.ctx,
+                r.nodeid,
+                r.arg.fh,
+                data,
+                len as u32,
+                r.arg.offset + start as u64,
+                r.owner,
+                r.arg.flags,
+            )
+        }))
+        .unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EIO)))
+    }
+
+    /// Records piece `i`'s outcome, waking the serving thread at the last.
+    fn finish(&self, i: usize, result: io::Result<usize>) {
+        let mut done = self.done.locked();
+        done.results[i] = Some(result);
+        done.count += 1;
+        if done.count == self.count {
+            self.finished.notify_all();
+        }
+    }
+
+    /// A worker's part: pieces until none is left, each mapped from `held`.
+    fn help(&self, held: &dyn HeldMemory) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::AcqRel);
+            if i >= self.count {
+                return;
+            }
+            let (start, len) = self.bounds(i);
+            let spans = cut_spans(self.spans.iter().copied(), start, len);
+            let result = match map_spans(held.memory(), &spans) {
+                Ok(slices) => self.fill(i, &mut Cursor::new(&slices)),
+                // Mapped once already by the serving thread's walk: cannot fail.
+                Err(_) => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+            };
+            self.finish(i, result);
+        }
+    }
+}
+
+/// Fills READ `read`'s data, `data` (a cursor over exactly its `read.arg.size` bytes, whose
+/// guest memory spans are `spans`), in `count` pieces: this thread fills the first and then
+/// any nobody has taken, `pool` workers (one job each, handed `hold()` for the memory) the
+/// others. Returns the bytes read as one read would: the pieces' bytes up to the first short
+/// piece; an error only when nothing before it was read.
+pub fn read<F: ServedFs>(
+    pool: &Pool,
+    fs: &Arc<F>,
+    read: ReadArgs,
+    data: &Cursor<'_, '_, Mapped<'_>>,
+    spans: Vec<(GuestAddress, usize)>,
+    count: usize,
+    mut hold: impl FnMut() -> Option<Box<dyn HeldMemory>>,
+) -> io::Result<usize> {
+    let size = read.arg.size as usize;
+    // Whole pages per piece, so each starts where a guest buffer does.
+    let piece = size.div_ceil(count).next_multiple_of(4096);
+    let count = size.div_ceil(piece);
+    let shared = Arc::new(Shared {
+        fs: fs.clone(),
+        read,
+        spans,
+        piece,
+        count,
+        // Piece 0 is this thread's.
+        next: AtomicUsize::new(1),
+        done: Mutex::new(Done {
+            results: (0..count).map(|_| None).collect(),
+            count: 0,
+        }),
+        finished: Condvar::new(),
+    });
+    for _ in 1..count {
+        let Some(held) = hold() else { break };
+        let s = shared.clone();
+        if pool.spawn(Box::new(move || s.help(&*held))).is_err() {
+            break;
+        }
+    }
+    let mut i = 0;
+    while i < count {
+        let (start, len) = shared.bounds(i);
+        let mut mine = data.clone();
+        mine.skip(start);
+        mine.limit(len);
+        let result = shared.fill(i, &mut mine);
+        shared.finish(i, result);
+        i = shared.next.fetch_add(1, Ordering::AcqRel);
+    }
+    let mut done = shared.done.locked();
+    while done.count < count {
+        done = recover(shared.finished.wait(done));
+    }
+    merge(
+        std::mem::take(&mut done.results).into_iter().map(|r| {
+            // Every piece is in (count reached).
+            r.unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))
+        }),
+        piece,
+    )
+}
+
+/// The bytes a read made of `results`, pieces of `piece` bytes in order, reports: up to and
+/// including the first short one; the first error if nothing came before it.
+fn merge(results: impl Iterator<Item = io::Result<usize>>, piece: usize) -> io::Result<usize> {
+    let mut total = 0;
+    for r in results {
+        match r {
+            Ok(n) => {
+                total += n;
+                if n < piece {
+                    break;
+                }
+            }
+            Err(e) if total == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_follow_size_threads_and_cpus() {
+        // Below two minimum pieces: never split.
+        assert_eq!(pieces(MIN_PIECE * 2 - 1, 8, 8), 1);
+        assert_eq!(pieces(4096, 8, 8), 1);
+        // 1 MiB with one spare worker on 2 CPUs: two halves.
+        assert_eq!(pieces(1 << 20, 1, 2), 2);
+        // No worker free: this thread alone.
+        assert_eq!(pieces(4 << 20, 0, 8), 1);
+        // One CPU: splitting would only take turns.
+        assert_eq!(pieces(4 << 20, 8, 1), 1);
+        // ~4 MiB on a large host: one per 512 KiB, at most MAX_PIECES.
+        assert_eq!(pieces(4_177_920, 64, 64), 7);
+        assert_eq!(pieces(64 << 20, 64, 64), MAX_PIECES);
+        // A host reporting no CPUs still serves.
+        assert_eq!(pieces(4 << 20, 2, 0), 1);
+    }
+
+    #[test]
+    fn merge_stops_at_the_first_short_piece_or_error() {
+        let ok = |v: &[usize]| v.iter().map(|&n| Ok(n)).collect::<Vec<_>>();
+        assert_eq!(merge(ok(&[8, 8, 8]).into_iter(), 8).unwrap(), 24);
+        // End of file inside the second piece: what came after is not reported.
+        assert_eq!(merge(ok(&[8, 3, 8]).into_iter(), 8).unwrap(), 11);
+        assert_eq!(merge(ok(&[0, 8]).into_iter(), 8).unwrap(), 0);
+        let e = || Err(io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(merge(vec![Ok(8), e(), Ok(8)].into_iter(), 8).unwrap(), 8);
+        let first = merge(vec![e(), Ok(8)].into_iter(), 8).unwrap_err();
+        assert_eq!(first.raw_os_error(), Some(libc::EIO));
+    }
+}
