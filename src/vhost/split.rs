@@ -30,9 +30,12 @@ use super::dispatch::ServedFs;
 use super::pool::Pool;
 use crate::sync::{recover, LockRecover};
 
-/// Pieces are at least this large: smaller ones would spend more on the hand-off (a queue
-/// push and a thread wake-up, some microseconds) than another thread saves by copying.
-pub const MIN_PIECE: usize = 512 << 10;
+/// Pieces are at least this large. Measured in a guest (`scripts/bench-maxpages.sh`, the
+/// daemon with and without splitting): 1 MiB READs cut in two halves cost the daemon a
+/// quarter more CPU per byte (two copies at once contend for memory bandwidth, and the
+/// hand-off adds a wake-up) for no steady gain, while 4 MiB READs in 2 MiB pieces were
+/// 10-20% faster at the same CPU per byte.
+pub const MIN_PIECE: usize = 1 << 20;
 
 /// At most this many pieces, whatever the size and the number of threads.
 pub const MAX_PIECES: usize = 8;
@@ -124,14 +127,14 @@ impl<F: ServedFs> Shared<F> {
         (start, self.piece.min(self.read.arg.size as usize - start))
     }
 
-    /// Fills piece `i` through `data`, a cursor over exactly its bytes.
+    /// Fills piece `i` through `data`, a cursor over exactly its bytes, with the view the
+    /// calling thread has pinned.
     fn fill(&self, i: usize, data: &mut Cursor<'_, '_, Mapped<'_>>) -> io::Result<usize> {
         let (start, len) = self.bounds(i);
         let r = &self.read;
         // A panic in the filesystem answers EIO for this piece; the other pieces and the
         // thread waiting for them carry on.
         catch_unwind(AssertUnwindSafe(|| {
-            let _view = self.fs.begin_request();
             self.fs.read(
                 &r.ctx,
                 r.nodeid,
@@ -156,8 +159,11 @@ impl<F: ServedFs> Shared<F> {
         }
     }
 
-    /// A worker's part: pieces until none is left, each mapped from `held`.
+    /// A worker's part: pieces until none is left, each mapped from `held`. The worker
+    /// pins the filesystem's view of the branches as the serving thread did (the current
+    /// one: a READ on an open handle reads the file it opened whatever the branches are).
     fn help(&self, held: &dyn HeldMemory) {
+        let _view = self.fs.begin_request();
         loop {
             let i = self.next.fetch_add(1, Ordering::AcqRel);
             if i >= self.count {
@@ -265,14 +271,16 @@ mod tests {
         // Below two minimum pieces: never split.
         assert_eq!(pieces(MIN_PIECE * 2 - 1, 8, 8), 1);
         assert_eq!(pieces(4096, 8, 8), 1);
-        // 1 MiB with one spare worker on 2 CPUs: two halves.
-        assert_eq!(pieces(1 << 20, 1, 2), 2);
+        // 2 MiB with one spare worker on 2 CPUs: two halves; 1 MiB is never cut.
+        assert_eq!(pieces(2 << 20, 1, 2), 2);
+        assert_eq!(pieces(1 << 20, 1, 2), 1);
         // No worker free: this thread alone.
         assert_eq!(pieces(4 << 20, 0, 8), 1);
         // One CPU: splitting would only take turns.
         assert_eq!(pieces(4 << 20, 8, 1), 1);
-        // ~4 MiB on a large host: one per 512 KiB, at most MAX_PIECES.
-        assert_eq!(pieces(4_177_920, 64, 64), 7);
+        // ~4 MiB on a large host: one per MiB, at most MAX_PIECES.
+        assert_eq!(pieces(4_177_920, 64, 64), 3);
+        assert_eq!(pieces(4_177_920, 1, 2), 2);
         assert_eq!(pieces(64 << 20, 64, 64), MAX_PIECES);
         // A host reporting no CPUs still serves.
         assert_eq!(pieces(4 << 20, 2, 0), 1);
