@@ -114,7 +114,7 @@ struct Shared<F> {
     finished: Condvar,
 }
 
-#[derive(Default)]
+/// The pieces' outcomes so far.
 struct Done {
     results: Vec<Option<io::Result<usize>>>,
     count: usize,
