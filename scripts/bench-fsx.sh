@@ -12,7 +12,15 @@
 # and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner).
 #
 #   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--virtiofsd-xattr]
+#                        [--mixes default,all,OP,...] [--count-requests]
 #                        [-- extra union-virtiofsd args]
+#
+# --mixes picks the mixes (default: default,all); any other name is one of fsx's operations
+# (fsync, punch_hole, close_open, ...): the default mix with that operation added at twice
+# the weight of each of the others (fsx gives those 10 each), to find which one costs a daemon the time.
+#
+# --count-requests: one more boot per mix and daemon, untimed, both daemons with --log-level
+# debug, and a table of the FUSE requests each received (opcode: count), from their logs.
 #
 # union-virtiofsd serves extended attributes by default (as mergerfs), virtiofsd 1.14 only
 # with --xattr. A guest with them asks for security.capability before every write (FUSE
@@ -25,13 +33,15 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-runs=3 ops=20000 out="$root/.cache/bench-fsx" extra=() theirs_extra=()
+runs=3 ops=20000 out="$root/.cache/bench-fsx" extra=() theirs_extra=() mixes=default,all count_requests=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --virtiofsd-xattr) theirs_extra=(--xattr); shift ;;
+    --mixes) mixes=$2; shift 2 ;;
+    --count-requests) count_requests=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
@@ -45,9 +55,14 @@ fsx_cpio=$(scripts/build-tools-initrd.sh fsx)
 # scenario MIX: fsx with that mix, timed with coreutils' date, must end "A-OK".
 scenario() {
     local cfg=""
-    [ "$1" = all ] && cfg="-f /opt/tools/fsx-all.toml"
+    case "$1" in
+    default) ;;
+    all) cfg="-f /opt/tools/fsx-all.toml" ;;
+    *) cfg="-f /tmp/mix.toml" ;;
+    esac
     cat <<EOF
 export PATH=/opt/tools/bin:\$PATH
+printf '[weights]\n$1 = 20.0\n' > /tmp/mix.toml
 t0=\$(/opt/bench/bin/date +%s.%N)
 fsx -N $ops -S 7 -q $cfg -P /tmp fsx-file > /tmp/out 2>&1
 rc=\$?
@@ -92,7 +107,7 @@ results="$out/results.txt"
 for i in $(seq "$runs"); do
     order=(ours theirs)
     [ $((i % 2)) -eq 0 ] && order=(theirs ours)
-    for mix in default all; do
+    for mix in ${mixes//,/ }; do
         for who in "${order[@]}"; do
             log "run $i/$runs: $mix, $who"
             if [ "$who" = ours ]; then
@@ -103,6 +118,42 @@ for i in $(seq "$runs"); do
         done
     done
 done
+
+# opcodes LOG: "opcode count" lines from a daemon's debug log (this daemon's dispatcher logs
+# "unique=N opcode=N", virtiofsd's server "Received [unknown ]request: opcode=Name (N)" or
+# "opcode=N").
+opcodes() {
+    sed -nE 's/.*dispatch\] unique=[0-9]+ opcode=([0-9]+).*/\1/p;
+             s/.*Received (unknown )?request: opcode=([A-Za-z]+ \()?([0-9]+).*/\3/p' "$1" |
+        sort -n | uniq -c | awk '{print $2, $1}'
+}
+
+if [ "$count_requests" = 1 ]; then
+    counts="$out/requests.txt"
+    : >"$counts"
+    for mix in ${mixes//,/ }; do
+        for who in ours theirs; do
+            log "request counts: $mix, $who"
+            results="$out/untimed.txt"
+            if [ "$who" = ours ]; then
+                run_one ours "$mix" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 --log-level debug "${extra[@]}"
+            else
+                run_one theirs "$mix" "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' --log-level debug "${theirs_extra[@]}"
+            fi
+            opcodes "$out/$who.daemon.log" | sed "s/^/$mix $who /" >>"$counts"
+        done
+    done
+    results="$out/results.txt"
+    # One row per mix and opcode: the two counts side by side.
+    {
+        echo "| mix | opcode | union-virtiofsd | virtiofsd 1.14 |"
+        echo "|---|---:|---:|---:|"
+        awk '{k = $1 " " $3; seen[k] = 1; n[k, $2] = $4}
+             END {for (k in seen) {split(k, a, " ");
+                  printf "| %s | %s | %d | %d |\n", a[1], a[2], n[k, "ours"], n[k, "theirs"]}}' \
+            "$counts" | sort -t'|' -k2,2 -k3,3n
+    } | tee "$out/requests.md"
+fi
 
 # Medians; every row is seconds, so the ratio is virtiofsd's / ours (above 1: ours ahead).
 median_table union-virtiofsd "virtiofsd 1.14" . "$results" 2>/dev/null | tee "$out/bench-fsx.md"

@@ -36,7 +36,9 @@
 # as a guest asks before a write; virtiofsd then gets --xattr, without which it answers
 # ENOSYS once and is never asked again), fsync, fallocate (mode 0, 4 KiB inside the file),
 # truncate (the size one page shorter and back), open-close (OPEN, FLUSH, RELEASE: three
-# requests per row request).
+# requests per row request), stat (a guest's fstat after a write: STATX with the handle, or
+# GETATTR with it from a daemon that answered STATX ENOSYS once, as virtiofsd 1.14 does; the
+# guest then never sends STATX again).
 #
 # Both daemons: --sandbox none and --seccomp none (valgrind cannot follow the namespace
 # sandbox's fork and its own system calls would hit the filter), --thread-pool-size 0, so
@@ -179,6 +181,7 @@ label() {
     lookup-missing) echo "lookup (not found)" ;; lookup) echo "lookup (found)" ;;
     readdirplus) echo "readdirplus, 1,000 entries" ;;
     open-close) echo "open + flush + release" ;;
+    stat) echo "stat (STATX / GETATTR)" ;;
     *) echo "$1" ;;
     esac
 }

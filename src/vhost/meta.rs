@@ -3,24 +3,30 @@
 //! buffers: no fuse-backend-rs `Reader`/`Writer` (each a walk over the chain and a heap
 //! allocation), no per-request buffers. The replies are the ones fuse-backend-rs's `Server`
 //! gives, byte for byte; the filesystem is called through the same `FileSystem` methods.
+//! STATX, which the `Server` does not know, is answered here too (the guest sends it for
+//! every `stat` of a file whose attributes a write made stale).
 
 use std::ffi::CStr;
 use std::io;
 use std::mem::size_of;
 
 use fuse_backend_rs::abi::fuse_abi::{
-    AttrOut, BatchForgetIn, CreateIn, Dirent, EntryOut, FlushIn, ForgetIn, ForgetOne, GetattrIn,
-    InHeader, MkdirIn, OpenIn, OpenOut, OutHeader, ReadIn, ReleaseIn, SetattrIn, SetattrValid,
-    FATTR_FH, GETATTR_FH,
+    AccessIn, AttrOut, BatchForgetIn, CreateIn, Dirent, EntryOut, FallocateIn, FlushIn, ForgetIn,
+    ForgetOne, FsyncIn, GetattrIn, GetxattrIn, GetxattrOut, InHeader, Kstatfs, LseekIn, LseekOut,
+    MkdirIn, OpenIn, OpenOut, OutHeader, ReadIn, ReleaseIn, SetattrIn, SetattrValid, FATTR_FH,
+    GETATTR_FH,
 };
 use fuse_backend_rs::abi::fuse_abi::{RELEASE_FLOCK_UNLOCK, RELEASE_FLUSH};
-use fuse_backend_rs::api::filesystem::{Context, DirEntry, Entry, FileSystem};
+use fuse_backend_rs::api::filesystem::{
+    Context, DirEntry, Entry, FileSystem, GetxattrReply, ListxattrReply,
+};
 use vm_memory::ByteValued;
 
 use super::backend::Logged;
 use super::chain::Cursor;
 use super::dispatch::{Dispatcher, ServedFs};
 use super::reply::{reply_io_error, reply_ok, RequestError};
+use crate::sys::abi::fuse::StatxIn;
 
 /// The metadata opcodes served here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +63,24 @@ pub(crate) enum Meta {
     Readdirplus,
     /// FUSE_RELEASEDIR.
     Releasedir,
+    /// FUSE_STATX (7.39), which the `Server` does not know.
+    Statx,
+    /// FUSE_GETXATTR (a guest asks for `security.capability` before a write).
+    Getxattr,
+    /// FUSE_LISTXATTR.
+    Listxattr,
+    /// FUSE_FSYNC.
+    Fsync,
+    /// FUSE_FSYNCDIR.
+    Fsyncdir,
+    /// FUSE_FALLOCATE.
+    Fallocate,
+    /// FUSE_LSEEK.
+    Lseek,
+    /// FUSE_ACCESS.
+    Access,
+    /// FUSE_STATFS.
+    Statfs,
 }
 
 /// A request body being decoded: plain-data arguments, then names.
@@ -92,6 +116,15 @@ fn done(w: &mut W<'_, '_>, unique: u64, res: io::Result<()>) -> Result<usize, Re
         Ok(()) => reply_ok(w, unique, &[]),
         Err(e) => reply_io_error(w, unique, &e),
     }
+}
+
+/// The reply to a size query (GETXATTR, LISTXATTR with size 0).
+fn count(w: &mut W<'_, '_>, unique: u64, size: u32) -> Result<usize, RequestError> {
+    let out = GetxattrOut {
+        size,
+        ..Default::default()
+    };
+    reply_ok(w, unique, out.as_slice())
 }
 
 /// The reply to a call that returns a node (LOOKUP, MKDIR).
@@ -241,6 +274,66 @@ impl<F: ServedFs> Dispatcher<F> {
                 let arg: ReadIn = b.obj()?;
                 self.listing(op == Meta::Readdirplus, ctx, hdr, &arg, w)
             }
+            Meta::Statx => {
+                let arg: StatxIn = b.obj()?;
+                let fh = (arg.getattr_flags & GETATTR_FH != 0).then_some(arg.fh);
+                match fs.statx(ctx, node, fh) {
+                    Ok((st, valid, extra)) => {
+                        let out = super::own::statx_out(&st, valid, &extra);
+                        reply_ok(w, unique, out.as_slice())
+                    }
+                    Err(e) => reply_io_error(w, unique, &e),
+                }
+            }
+            Meta::Getxattr => {
+                let arg: GetxattrIn = b.obj()?;
+                match fs.getxattr(ctx, node, b.name()?, arg.size) {
+                    Ok(GetxattrReply::Value(v)) => reply_ok(w, unique, &v),
+                    Ok(GetxattrReply::Count(size)) => count(w, unique, size),
+                    Err(e) => reply_io_error(w, unique, &e),
+                }
+            }
+            Meta::Listxattr => {
+                let arg: GetxattrIn = b.obj()?;
+                match fs.listxattr(ctx, node, arg.size) {
+                    Ok(ListxattrReply::Names(v)) => reply_ok(w, unique, &v),
+                    Ok(ListxattrReply::Count(size)) => count(w, unique, size),
+                    Err(e) => reply_io_error(w, unique, &e),
+                }
+            }
+            Meta::Fsync | Meta::Fsyncdir => {
+                let arg: FsyncIn = b.obj()?;
+                let datasync = arg.fsync_flags & 1 != 0;
+                let res = if op == Meta::Fsync {
+                    fs.fsync(ctx, node, datasync, arg.fh)
+                } else {
+                    fs.fsyncdir(ctx, node, datasync, arg.fh)
+                };
+                done(w, unique, res)
+            }
+            Meta::Fallocate => {
+                let a: FallocateIn = b.obj()?;
+                done(
+                    w,
+                    unique,
+                    fs.fallocate(ctx, node, a.fh, a.mode, a.offset, a.length),
+                )
+            }
+            Meta::Lseek => {
+                let a: LseekIn = b.obj()?;
+                match fs.lseek(ctx, node, a.fh, a.offset, a.whence) {
+                    Ok(offset) => reply_ok(w, unique, LseekOut { offset }.as_slice()),
+                    Err(e) => reply_io_error(w, unique, &e),
+                }
+            }
+            Meta::Access => {
+                let a: AccessIn = b.obj()?;
+                done(w, unique, fs.access(ctx, node, a.mask))
+            }
+            Meta::Statfs => match fs.statfs(ctx, node) {
+                Ok(st) => reply_ok(w, unique, Kstatfs::from(st).as_slice()),
+                Err(e) => reply_io_error(w, unique, &e),
+            },
         }
     }
 

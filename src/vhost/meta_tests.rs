@@ -10,10 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuse_backend_rs::abi::fuse_abi::{
-    stat64, BatchForgetIn, CreateIn, FlushIn, ForgetIn, ForgetOne, FsOptions, GetattrIn, InHeader,
-    MkdirIn, Opcode, OpenIn, OpenOptions, ReadIn, ReleaseIn, SetattrIn, SetattrValid,
+    stat64, statvfs64, AccessIn, BatchForgetIn, CreateIn, FallocateIn, FlushIn, ForgetIn,
+    ForgetOne, FsOptions, FsyncIn, GetattrIn, GetxattrIn, InHeader, LseekIn, MkdirIn, Opcode,
+    OpenIn, OpenOptions, ReadIn, ReleaseIn, SetattrIn, SetattrValid,
 };
-use fuse_backend_rs::api::filesystem::{Context, DirEntry, Entry, FileSystem};
+use fuse_backend_rs::api::filesystem::{
+    Context, DirEntry, Entry, FileSystem, GetxattrReply, ListxattrReply,
+};
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter};
 use virtio_bindings::virtio_ring::VRING_DESC_F_WRITE;
@@ -164,6 +167,82 @@ impl FileSystem for Echo {
             .then_some(())
             .ok_or(io::Error::from_raw_os_error(libc::EBADF))
     }
+    fn getxattr(
+        &self,
+        _: &Context,
+        node: u64,
+        name: &CStr,
+        size: u32,
+    ) -> io::Result<GetxattrReply> {
+        let seed = seed_of(node, name)?;
+        Ok(match size {
+            0 => GetxattrReply::Count(seed as u32 % 100),
+            // A value as long as the guest allows, up to 300 bytes: small and large replies.
+            n => GetxattrReply::Value(
+                (0..n.min(300))
+                    .map(|i| (seed + u64::from(i)) as u8)
+                    .collect(),
+            ),
+        })
+    }
+    fn listxattr(&self, _: &Context, node: u64, size: u32) -> io::Result<ListxattrReply> {
+        match (node, size) {
+            (66, _) => Err(io::Error::from_raw_os_error(libc::ENOTSUP)),
+            (_, 0) => Ok(ListxattrReply::Count(node as u32 * 3)),
+            (_, n) => Ok(ListxattrReply::Names(
+                b"user.a\0user.bb\0".repeat(n as usize / 16),
+            )),
+        }
+    }
+    fn fsync(&self, _: &Context, node: u64, datasync: bool, fh: u64) -> io::Result<()> {
+        (node != 66 && (fh != 9 || datasync))
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EIO))
+    }
+    fn fsyncdir(&self, _: &Context, node: u64, datasync: bool, fh: u64) -> io::Result<()> {
+        (node != 66 && (fh != 9 || !datasync))
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EBADF))
+    }
+    fn fallocate(
+        &self,
+        _: &Context,
+        node: u64,
+        fh: u64,
+        mode: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<()> {
+        (node != 66 && mode == 0 && offset + length == fh)
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+    fn lseek(&self, _: &Context, node: u64, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
+        match node {
+            66 => Err(io::Error::from_raw_os_error(libc::ENXIO)),
+            _ => Ok(offset * 3 + fh + u64::from(whence)),
+        }
+    }
+    fn access(&self, _: &Context, node: u64, mask: u32) -> io::Result<()> {
+        (node != 66 && mask != 2)
+            .then_some(())
+            .ok_or(io::Error::from_raw_os_error(libc::EACCES))
+    }
+    fn statfs(&self, _: &Context, node: u64) -> io::Result<statvfs64> {
+        if node == 66 {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let mut st = crate::sys::abi::zeroed_statvfs();
+        st.f_bsize = 4096;
+        st.f_frsize = 512;
+        st.f_blocks = node * 11;
+        st.f_bfree = node * 5;
+        st.f_bavail = node * 4;
+        st.f_files = node * 13;
+        st.f_ffree = node * 7;
+        st.f_namemax = 255;
+        Ok(st)
+    }
     fn readdir(
         &self,
         _: &Context,
@@ -272,8 +351,18 @@ fn both(request: &[u8], reply_len: u32) -> ((usize, Vec<u8>), (usize, Vec<u8>)) 
     let server = Server::new(Arc::new(Echo));
     let chain = chain_of(&mem, &vq, request, reply_len);
     let r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
-    let w = VirtioFsWriter::new(&mem, chain).unwrap();
-    let used = server.handle_message(r, w.into(), None, None).unwrap_or(0);
+    let w = VirtioFsWriter::new(&mem, chain.clone()).unwrap();
+    let used = match server.handle_message(r, w.into(), None, None) {
+        Ok(n) => n,
+        // A `Server` that gives up (a reply that does not fit, a malformed request) is
+        // answered by the dispatcher with the errno it maps the failure to.
+        Err(e) => {
+            let mut w: fuse_backend_rs::transport::Writer<'_, _> =
+                VirtioFsWriter::new(&mem, chain).unwrap().into();
+            let errno = crate::vhost::reply::RequestError::Server(e).errno();
+            crate::vhost::reply::reply_errno(&mut w, 0x1234_5678, errno).unwrap_or(0)
+        }
+    };
     let theirs = (used, reply_at(&mem, used));
     (ours, theirs)
 }
@@ -352,6 +441,81 @@ fn metadata_replies_are_the_servers_byte_for_byte() {
             &request(O::Releasedir, node, &[rel.as_slice()]),
             4096,
         );
+        // Extended attributes: values and lists, size queries, errors, replies that do not fit.
+        for (size, reply) in [(0, 4096), (16, 4096), (300, 4096), (300, 100), (64, 16)] {
+            let g = GetxattrIn { size, padding: 0 };
+            for n in [name, failing] {
+                same(
+                    "getxattr",
+                    &request(O::Getxattr, node, &[g.as_slice(), n]),
+                    reply,
+                );
+            }
+            same(
+                "listxattr",
+                &request(O::Listxattr, node, &[g.as_slice()]),
+                reply,
+            );
+        }
+        let g = GetxattrIn {
+            size: 8,
+            padding: 0,
+        };
+        same(
+            "getxattr, no NUL",
+            &request(O::Getxattr, node, &[g.as_slice(), b"abc"]),
+            4096,
+        );
+        same(
+            "getxattr, short",
+            &request(O::Getxattr, node, &[&[1, 2]]),
+            4096,
+        );
+        for (fh, flags) in [(3, 0), (9, 0), (9, 1)] {
+            let f = FsyncIn {
+                fh,
+                fsync_flags: flags,
+                padding: 0,
+            };
+            same("fsync", &request(O::Fsync, node, &[f.as_slice()]), 4096);
+            same(
+                "fsyncdir",
+                &request(O::Fsyncdir, node, &[f.as_slice()]),
+                4096,
+            );
+        }
+        for (fh, mode) in [(30, 0), (31, 0), (30, 1)] {
+            let f = FallocateIn {
+                fh,
+                offset: 10,
+                length: 20,
+                mode,
+                padding: 0,
+            };
+            same(
+                "fallocate",
+                &request(O::Fallocate, node, &[f.as_slice()]),
+                4096,
+            );
+        }
+        let l = LseekIn {
+            fh: 4,
+            offset: 100,
+            whence: libc::SEEK_DATA as u32,
+            padding: 0,
+        };
+        same("lseek", &request(O::Lseek, node, &[l.as_slice()]), 4096);
+        same(
+            "lseek, no room",
+            &request(O::Lseek, node, &[l.as_slice()]),
+            20,
+        );
+        for mask in [0, 2, 4] {
+            let a = AccessIn { mask, padding: 0 };
+            same("access", &request(O::Access, node, &[a.as_slice()]), 4096);
+        }
+        same("statfs", &request(O::Statfs, node, &[]), 4096);
+        same("statfs, no room", &request(O::Statfs, node, &[]), 64);
         // Listings from several offsets, into buffers that cut them at every padding case.
         for (offset, size) in [
             (0, 4096),

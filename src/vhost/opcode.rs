@@ -26,8 +26,6 @@ pub(crate) enum Own {
     Interrupt,
     /// FUSE_SYNCFS (7.34).
     Syncfs,
-    /// FUSE_STATX (7.39).
-    Statx,
     /// FUSE_COPY_FILE_RANGE.
     CopyFileRange,
     /// FUSE_IOCTL (inode flags and fsxattr only).
@@ -99,8 +97,7 @@ pub(crate) const STATX: u32 = 52;
 pub(crate) use super::meta::Meta;
 use Cost::{Blocking, Cheap, Costly, FromSize};
 use Own::{
-    CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Setxattr, Statx, Syncfs, Tmpfile,
-    Write,
+    CopyFileRange, Getlk, Init, Interrupt, Ioctl, Read, Setlk, Setxattr, Syncfs, Tmpfile, Write,
 };
 use ServedBy::{Daemon, Direct, Library, Unsupported};
 
@@ -165,18 +162,30 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::Write as u32,
         row(true, 0, FromSize(HEAVY_WRITE), Daemon(Write)),
     ),
-    (Opcode::Statfs as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Statfs as u32,
+        row(true, 0, Cheap, Direct(Meta::Statfs)),
+    ),
     (
         Opcode::Release as u32,
         row(true, 0, Cheap, Direct(Meta::Release)),
     ),
-    (Opcode::Fsync as u32, row(true, 0, Costly, Library)),
+    (
+        Opcode::Fsync as u32,
+        row(true, 0, Costly, Direct(Meta::Fsync)),
+    ),
     (
         Opcode::Setxattr as u32,
         row(true, 0, Costly, Daemon(Setxattr)),
     ),
-    (Opcode::Getxattr as u32, row(true, 0, Cheap, Library)),
-    (Opcode::Listxattr as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Getxattr as u32,
+        row(true, 0, Cheap, Direct(Meta::Getxattr)),
+    ),
+    (
+        Opcode::Listxattr as u32,
+        row(true, 0, Cheap, Direct(Meta::Listxattr)),
+    ),
     (Opcode::Removexattr as u32, row(true, 0, Costly, Library)),
     (
         Opcode::Flush as u32,
@@ -198,8 +207,14 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::Releasedir as u32,
         row(true, 0, Cheap, Direct(Meta::Releasedir)),
     ),
-    (Opcode::Fsyncdir as u32, row(true, 0, Costly, Library)),
-    (Opcode::Access as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Fsyncdir as u32,
+        row(true, 0, Costly, Direct(Meta::Fsyncdir)),
+    ),
+    (
+        Opcode::Access as u32,
+        row(true, 0, Cheap, Direct(Meta::Access)),
+    ),
     (
         Opcode::Create as u32,
         row(
@@ -219,13 +234,19 @@ const ROWS: &[(u32, OpInfo)] = &[
         Opcode::BatchForget as u32,
         row(false, 0, Cheap, Direct(Meta::BatchForget)),
     ),
-    (Opcode::Fallocate as u32, row(true, 0, Costly, Library)),
+    (
+        Opcode::Fallocate as u32,
+        row(true, 0, Costly, Direct(Meta::Fallocate)),
+    ),
     (
         Opcode::Readdirplus as u32,
         row(true, 0, Costly, Direct(Meta::Readdirplus)),
     ),
     (Opcode::Rename2 as u32, row(true, 0, Costly, Library)),
-    (Opcode::Lseek as u32, row(true, 0, Cheap, Library)),
+    (
+        Opcode::Lseek as u32,
+        row(true, 0, Cheap, Direct(Meta::Lseek)),
+    ),
     // The kernel's answer to a retrieve notification, which this daemon never sends.
     (
         Opcode::NotifyReply as u32,
@@ -241,7 +262,7 @@ const ROWS: &[(u32, OpInfo)] = &[
         TMPFILE,
         row(true, ENTRY + size_of::<OpenOut>(), Costly, Daemon(Tmpfile)),
     ),
-    (STATX, row(true, 0, Cheap, Daemon(Statx))),
+    (STATX, row(true, 0, Cheap, Direct(Meta::Statx))),
 ];
 
 /// Table size: one past the largest opcode in [`ROWS`].
@@ -298,7 +319,7 @@ mod tests {
             assert_eq!(info(op), UNKNOWN, "opcode {op}");
         }
         assert_eq!(info(TMPFILE).served_by, Daemon(Tmpfile));
-        assert_eq!(info(STATX).served_by, Daemon(Statx));
+        assert_eq!(info(STATX).served_by, Direct(Meta::Statx));
         assert_eq!(info(SYNCFS).served_by, Daemon(Syncfs));
         assert!(info(Opcode::Read as u32).heavy(Some(HEAVY_READ)));
         assert!(!info(Opcode::Read as u32).heavy(Some(4096)));

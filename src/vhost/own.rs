@@ -4,7 +4,7 @@
 
 use fuse_backend_rs::abi::fuse_abi::{
     CopyFileRangeIn, CreateIn, EntryOut, InHeader, InterruptIn, IoctlIn, IoctlOut, LkIn, LkOut,
-    OpenOut, SetxattrIn, WriteOut, GETATTR_FH, LK_FLOCK,
+    OpenOut, SetxattrIn, WriteOut, LK_FLOCK,
 };
 use fuse_backend_rs::api::filesystem::Context;
 use std::ffi::CStr;
@@ -16,9 +16,7 @@ use super::dispatch::{Dispatcher, ServedFs};
 use super::opcode::{Opcode, Own};
 use super::reply::{reply_io_error, reply_ok, RequestError};
 use crate::fs::secctx;
-use crate::sys::abi::fuse::{
-    SetxattrInExt, StatxIn, StatxOut, SyncfsIn, SECURITY_CTX, SETXATTR_EXT,
-};
+use crate::sys::abi::fuse::{SetxattrInExt, StatxOut, SyncfsIn, SECURITY_CTX, SETXATTR_EXT};
 
 impl<F: ServedFs> Dispatcher<F> {
     /// Serves `own` for the request `hdr` (`r` is past the header).
@@ -81,17 +79,6 @@ impl<F: ServedFs> Dispatcher<F> {
                 let _: SyncfsIn = r.read_obj().map_err(RequestError::Decode)?;
                 match self.fs.syncfs(&ctx, hdr.nodeid) {
                     Ok(()) => reply_ok(&mut w, hdr.unique, &[]),
-                    Err(e) => reply_io_error(&mut w, hdr.unique, &e),
-                }
-            }
-            Own::Statx => {
-                let arg: StatxIn = r.read_obj().map_err(RequestError::Decode)?;
-                let fh = (arg.getattr_flags & GETATTR_FH != 0).then_some(arg.fh);
-                match self.fs.statx(&ctx, hdr.nodeid, fh) {
-                    Ok((st, valid, extra)) => {
-                        let out = statx_out(&st, valid, &extra);
-                        reply_ok(&mut w, hdr.unique, out.as_slice())
-                    }
                     Err(e) => reply_io_error(&mut w, hdr.unique, &e),
                 }
             }
@@ -276,8 +263,8 @@ impl<F: ServedFs> Dispatcher<F> {
     }
 }
 
-/// The STATX reply for attributes `st` (valid for `valid`) and `extra`.
-fn statx_out(
+/// The STATX reply for attributes `st` (valid for `valid`) and `extra` (served in `meta.rs`).
+pub(super) fn statx_out(
     st: &fuse_backend_rs::abi::fuse_abi::stat64,
     valid: std::time::Duration,
     extra: &crate::fs::own::StatxExtra,

@@ -403,6 +403,23 @@ pub fn getxattr(nodeid: u64, name: &[u8], size: u32) -> FuseRequest {
     FuseRequest::new(Opcode::Getxattr as u32, nodeid, args, reply)
 }
 
+/// FUSE_STATX (opcode 52, Linux 6.6+) of the basic fields, through handle `fh` if given, as a
+/// guest's fstat(2) asks (a daemon without it answers ENOSYS; the guest then sends GETATTR).
+pub fn statx(nodeid: u64, fh: Option<u64>) -> FuseRequest {
+    const STATX: u32 = 52;
+    // struct fuse_statx_in: getattr_flags, reserved, fh, sx_flags, sx_mask.
+    let args = cat(&[
+        &(if fh.is_some() { GETATTR_FH } else { 0 }).to_ne_bytes(),
+        &0u32.to_ne_bytes(),
+        &fh.unwrap_or(0).to_ne_bytes(),
+        &0u32.to_ne_bytes(),
+        &libc::STATX_BASIC_STATS.to_ne_bytes(),
+    ]);
+    // struct fuse_statx_out: attr_valid, attr_valid_nsec, flags, spare[2], then a 256-byte
+    // struct fuse_statx.
+    FuseRequest::new(STATX, nodeid, args, 32 + 256)
+}
+
 /// FUSE_FSYNC of handle `fh` (`datasync`: fdatasync).
 pub fn fsync(nodeid: u64, fh: u64, datasync: bool) -> FuseRequest {
     let a = fuse_abi::FsyncIn {

@@ -16,10 +16,14 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use vufs_frontend::{ops, ConnectOptions, Device, Error, Result};
+
+/// The daemon answered STATX with ENOSYS: the stat row sends GETATTR from then on.
+static NO_STATX: AtomicBool = AtomicBool::new(false);
 
 /// Size of the file the read and write rows cycle over.
 const FILE_SIZE: u64 = 16 << 20;
@@ -52,6 +56,10 @@ enum Row {
     Truncate,
     /// OPEN, FLUSH and RELEASE: a guest's open(2) and close(2) (three requests).
     OpenClose,
+    /// What a guest's fstat(2) sends after a write made the attributes stale: STATX (Linux
+    /// 6.6+) with the handle, or, from a daemon that answered it ENOSYS (the guest's
+    /// `no_statx`), GETATTR with the handle.
+    Stat,
 }
 
 impl Row {
@@ -66,6 +74,7 @@ impl Row {
                 | Row::Fallocate
                 | Row::Truncate
                 | Row::OpenClose
+                | Row::Stat
         )
     }
 
@@ -87,6 +96,7 @@ impl Row {
             "fallocate" => Row::Fallocate,
             "truncate" => Row::Truncate,
             "open-close" => Row::OpenClose,
+            "stat" => Row::Stat,
             _ => return None,
         })
     }
@@ -327,6 +337,19 @@ fn on_file(dev: &mut Paced, row: Row, nid: u64, fh: u64, i: u64) -> Result<()> {
         Row::Truncate => {
             let size = FILE_SIZE - 4096 * (i % 2);
             dev.next()?.send(&ops::truncate(nid, size))?.payload()?;
+        }
+        Row::Stat => {
+            if !NO_STATX.load(Ordering::Relaxed) {
+                let r = dev.next()?.send(&ops::statx(nid, Some(fh)))?;
+                if r.errno() != Some(libc::ENOSYS) {
+                    r.payload()?;
+                    return Ok(());
+                }
+                // As the guest: STATX is never sent again; this request becomes a GETATTR.
+                NO_STATX.store(true, Ordering::Relaxed);
+            }
+            let r = dev.next()?.send(&ops::getattr(nid, Some(fh)))?;
+            r.payload()?;
         }
         Row::OpenClose => {
             let h = dev.next()?.open(nid, libc::O_RDWR as u32)?.fh;
