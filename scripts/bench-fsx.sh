@@ -85,7 +85,10 @@ run_one() {
     scenario "$mix" >"$out/$mix.sh"
     local args=()
     for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
-    /usr/bin/time -f 'TIME %U %S' -o "$out/$label.time" "${args[@]}" >"$out/$label.daemon.log" 2>&1 &
+    # GNU time: user and system seconds, minor page faults, voluntary and involuntary context
+    # switches; one line per boot in LABEL-MIX.time.
+    /usr/bin/time -a -f 'TIME %U %S %R %w %c' -o "$out/$label-$mix.time" "${args[@]}" \
+        >"$out/$label.daemon.log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || die "$label: no socket"
@@ -95,7 +98,7 @@ run_one() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     pkill -TERM -P "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
-    cpu=$(awk '/^TIME/ {print $2 + $3}' "$out/$label.time")
+    cpu=$(awk '/^TIME/ {c = $2 + $3} END {print c}' "$out/$label-$mix.time")
     umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
     grep -q '^RESULT ' <(tr -d '\r' <"$console") || die "$label $mix: fsx failed (see $console)"
     grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"

@@ -38,7 +38,8 @@
 # truncate (the size one page shorter and back), open-close (OPEN, FLUSH, RELEASE: three
 # requests per row request), stat (a guest's fstat after a write: STATX with the handle, or
 # GETATTR with it from a daemon that answered STATX ENOSYS once, as virtiofsd 1.14 does; the
-# guest then never sends STATX again).
+# guest then never sends STATX again), readdir (the readdirplus row's listing with READDIR in
+# 32 KiB buffers, names only, as vufs-bench's readdir row reads it).
 #
 # Both daemons: --sandbox none and --seccomp none (valgrind cannot follow the namespace
 # sandbox's fork and its own system calls would hit the filter), --thread-pool-size 0, so
@@ -180,6 +181,7 @@ label() {
     read-1m) echo "read 1 MiB" ;; write-1m) echo "write 1 MiB" ;;
     lookup-missing) echo "lookup (not found)" ;; lookup) echo "lookup (found)" ;;
     readdirplus) echo "readdirplus, 1,000 entries" ;;
+    readdir) echo "readdir, 1,000 entries" ;;
     open-close) echo "open + flush + release" ;;
     stat) echo "stat (STATX / GETATTR)" ;;
     *) echo "$1" ;;
@@ -194,7 +196,7 @@ IFS=, read -ra row_list <<<"$rows"
 for row in "${row_list[@]}"; do
     case "$row" in
     read-1m | write-1m) k=$((n / 10)) ;;
-    readdirplus) k=$((n / 50)) ;;
+    readdirplus | readdir) k=$((n / 50)) ;;
     *) k=$n ;;
     esac
     [ "$k" -ge 1 ] || k=1

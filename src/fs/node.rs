@@ -26,8 +26,12 @@ impl UnionFs {
     /// search policy of its own (not the getattr policy) and the node still has a name is the
     /// policy run on the node's path; an unbound node (the root) is found by its path too.
     pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
-        if let Some((branch, fd)) = self.bound_for(func, inode)? {
-            let st = beneath::stat_fd(fd.as_fd())?;
+        if let Some((branch, fd, st)) = self.bound_for(func, inode)? {
+            // A descriptor just reopened was checked with an fstat: no second one.
+            let st = match st {
+                Some(st) => st,
+                None => beneath::stat_fd(fd.as_fd())?,
+            };
             return Ok(Found { branch, fd, st });
         }
         self.search_node_by_path(func, inode)
@@ -40,7 +44,7 @@ impl UnionFs {
         func: Func,
         inode: u64,
     ) -> io::Result<(Found, libc::statx)> {
-        if let Some((branch, fd)) = self.bound_for(func, inode)? {
+        if let Some((branch, fd, _)) = self.bound_for(func, inode)? {
             let sx = crate::sys::file::statx_fd(fd.as_fd())?;
             let st = crate::sys::file::stat_of(&sx);
             return Ok((Found { branch, fd, st }, sx));
@@ -57,18 +61,19 @@ impl UnionFs {
         func: Func,
         inode: u64,
     ) -> io::Result<(usize, Arc<OwnedFd>)> {
-        if let Some(bound) = self.bound_for(func, inode)? {
-            return Ok(bound);
+        if let Some((branch, fd, _)) = self.bound_for(func, inode)? {
+            return Ok((branch, fd));
         }
         let f = self.search_node_by_path(func, inode)?;
         Ok((f.branch, f.fd))
     }
 
-    /// The node's bound copy when `func`'s policy is getattr's (or the node has no name):
-    /// `None` when the policy must search by path.
-    fn bound_for(&self, func: Func, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
+    /// The node's bound copy when `func`'s policy is getattr's (or the node has no name),
+    /// with its attributes when they were read to reopen it: `None` when the policy must
+    /// search by path.
+    fn bound_for(&self, func: Func, inode: u64) -> io::Result<Option<Reopened>> {
         if !self.own_policy(func) || !self.inodes.linked(inode) {
-            match self.node_fd(inode) {
+            match self.node_fd_stat(inode) {
                 Ok(Some(bound)) => return Ok(Some(bound)),
                 Ok(None) => {}
                 // A union directory is its path: when the copy its node was bound to is gone,
@@ -168,6 +173,14 @@ impl UnionFs {
     /// None for a node bound to nothing (the root). ESTALE when the object is gone or its
     /// path now leads to another one.
     pub(crate) fn node_fd(&self, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
+        Ok(self
+            .node_fd_stat(inode)?
+            .map(|(branch, fd, _)| (branch, fd)))
+    }
+
+    /// [`UnionFs::node_fd`], with the attributes read to check a descriptor it had to
+    /// reopen (`None` for one the table held open).
+    fn node_fd_stat(&self, inode: u64) -> io::Result<Option<Reopened>> {
         let (branch, handle, key) = match self.inodes.bound(inode) {
             None => return Ok(None),
             Some(Bound::Lost) => return Err(errno(libc::EIO)),
@@ -178,7 +191,7 @@ impl UnionFs {
             {
                 return self.dir_elsewhere(inode).map(Some);
             }
-            Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd))),
+            Some(Bound::Open(branch, fd)) => return Ok(Some((branch, fd, None))),
             Some(Bound::Closed {
                 branch,
                 handle,
@@ -197,18 +210,22 @@ impl UnionFs {
                     .map_err(|e| stale(&e).unwrap_or(e))?
             }
         };
-        check_key(&fd, key)?;
+        let st = check_key(&fd, key)?;
         Ok(Some((
             branch,
             self.inodes.reopened(inode, key, Arc::new(fd)),
+            Some(st),
         )))
     }
 }
 
+/// A node's branch and descriptor, and its attributes if they were just read.
+type Reopened = (usize, Arc<OwnedFd>, Option<libc::stat64>);
+
 impl UnionFs {
     /// Directory node `inode`, whose branch was removed, bound again to its directory on
     /// the first branch that still has one; ESTALE for anything else.
-    fn dir_elsewhere(&self, inode: u64) -> io::Result<(usize, Arc<OwnedFd>)> {
+    fn dir_elsewhere(&self, inode: u64) -> io::Result<Reopened> {
         let stale = || errno(libc::ESTALE);
         if !self.inodes.is_dir(inode) {
             return Err(stale());
@@ -221,7 +238,7 @@ impl UnionFs {
             return Err(stale());
         }
         self.inodes.bind(inode, self.bind_of(&f));
-        Ok((f.branch, f.fd))
+        Ok((f.branch, f.fd, Some(f.st)))
     }
 }
 
@@ -311,10 +328,10 @@ fn stale(e: &io::Error) -> Option<io::Error> {
 }
 
 /// ESTALE unless `fd` is the object `key`.
-fn check_key(fd: &OwnedFd, key: Key) -> io::Result<()> {
+fn check_key(fd: &OwnedFd, key: Key) -> io::Result<libc::stat64> {
     let st = beneath::stat_fd(fd.as_fd())?;
     if (st.st_dev, st.st_ino) != key {
         return Err(errno(libc::ESTALE));
     }
-    Ok(())
+    Ok(st)
 }

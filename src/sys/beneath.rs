@@ -209,11 +209,28 @@ pub struct HostDirent {
 
 /// Lists a directory given an `O_PATH` descriptor to it, skipping `.` and `..`.
 pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<HostDirent>> {
+    let mut out = Vec::new();
+    for_each_dirent(dir, |name, ino, dtype| {
+        out.push(HostDirent {
+            name: name.to_vec(),
+            ino,
+            dtype,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with the name, host inode number and `DT_*` type of each entry of the directory
+/// that `dir` (an `O_PATH` descriptor) leads to, skipping `.` and `..`; stops at `f`'s first
+/// error. The names are borrowed from one getdents64 buffer: nothing is allocated per entry.
+pub fn for_each_dirent(
+    dir: BorrowedFd<'_>,
+    mut f: impl FnMut(&[u8], u64, u32) -> io::Result<()>,
+) -> io::Result<()> {
     // "." beneath an O_PATH directory descriptor is that directory: no procfs walk needed.
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, c".", flags, Mode::empty())?;
-    let mut out = Vec::new();
-    // getdents64 into one buffer: no allocation per entry but its name.
     let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 32 * 1024];
     let mut entries = rustix::fs::RawDir::new(fd.as_fd(), &mut buf);
     while let Some(ent) = entries.next() {
@@ -222,13 +239,9 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<HostDirent>> {
         if name == b"." || name == b".." {
             continue;
         }
-        out.push(HostDirent {
-            name: name.to_vec(),
-            ino: ent.ino(),
-            dtype: dtype_of(ent.file_type()),
-        });
+        f(name, ent.ino(), dtype_of(ent.file_type()))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn dtype_of(t: rustix::fs::FileType) -> u32 {

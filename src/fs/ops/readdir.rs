@@ -15,7 +15,7 @@ use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::handle::{DirHandle, Handle};
 use crate::fs::options::{Func, InodeCalc};
-use crate::fs::readdir_snapshot::{DirSnapshot, MergedEntry};
+use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
 use crate::fs::resolve::{ino_for, join, split_parent};
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
@@ -51,18 +51,6 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
         }
         _ => ino_for(calc, true, parent.to_bytes(), 0, 0),
     };
-    let mut entries = vec![
-        MergedEntry {
-            name: b".".to_vec(),
-            ino: fs.union_ino(&dot.st, rel.to_bytes()),
-            dtype: dt_dir,
-        },
-        MergedEntry {
-            name: b"..".to_vec(),
-            ino: dotdot,
-            dtype: dt_dir,
-        },
-    ];
     // Names need de-duplicating only against branches listed before; a directory on one
     // branch (the common case) needs no set at all.
     let dirs: Vec<_> = fs
@@ -72,28 +60,30 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
         .filter_map(|b| fs.find_on(b, rel))
         .filter(|f| f.st.st_mode & libc::S_IFMT == libc::S_IFDIR)
         .collect();
-    let mut seen = HashSet::new();
+    let mut entries = Listing::with_capacity(64);
+    entries.push(b".", fs.union_ino(&dot.st, rel.to_bytes()), dt_dir)?;
+    entries.push(b"..", dotdot, dt_dir)?;
+    let cow = fs.view().opts.cow;
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
     for (i, dir) in dirs.iter().enumerate() {
         let (check, record) = (i > 0, i + 1 < dirs.len());
         let dev = dir.st.st_dev;
-        let listed = beneath::list_dir(dir.fd.as_fd())?;
-        entries.reserve(listed.len());
-        for e in listed {
-            if check && seen.contains(&e.name) {
-                continue;
+        beneath::for_each_dirent(dir.fd.as_fd(), |name, host_ino, dtype| {
+            if check && seen.contains(name) {
+                return Ok(());
             }
             // Copy-on-write: a whiteout is not shown, and hides the name on later branches.
-            if fs.view().opts.cow && e.dtype == u32::from(libc::DT_CHR) {
-                let name = std::ffi::CString::new(e.name.clone()).expect("no NUL in a name");
-                let st = rustix::fs::statat(&*dir.fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+            if cow && dtype == u32::from(libc::DT_CHR) {
+                let c = CString::new(name).expect("no NUL in a name");
+                let st = rustix::fs::statat(&*dir.fd, &c, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
                 if st.is_ok_and(|st| crate::fs::cow::is_whiteout(&st)) {
                     if record {
-                        seen.insert(e.name);
+                        seen.insert(name.to_vec());
                     }
-                    continue;
+                    return Ok(());
                 }
             }
-            let is_dir = e.dtype == dt_dir;
+            let is_dir = dtype == dt_dir;
             // Only path-based numbers need the entry's path; skip building it otherwise.
             let by_path = match calc {
                 InodeCalc::PathHash | InodeCalc::PathHash32 => true,
@@ -104,22 +94,18 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
                 ino_for(
                     calc,
                     is_dir,
-                    join(rel.to_bytes(), &e.name).as_bytes(),
+                    join(rel.to_bytes(), name).as_bytes(),
                     dev,
-                    e.ino,
+                    host_ino,
                 )
             } else {
-                ino_for(calc, is_dir, b"", dev, e.ino)
+                ino_for(calc, is_dir, b"", dev, host_ino)
             };
             if record {
-                seen.insert(e.name.clone());
+                seen.insert(name.to_vec());
             }
-            entries.push(MergedEntry {
-                name: e.name,
-                ino,
-                dtype: e.dtype,
-            });
-        }
+            entries.push(name, ino, dtype)
+        })?;
     }
     fs.listings.charge(entries)
 }
@@ -144,13 +130,19 @@ fn listing(
     Ok((rel, snap.clone().expect("just set")))
 }
 
-fn dirent(e: &MergedEntry, index: usize) -> DirEntry<'_> {
+fn dirent<'a>(e: &MergedEntry<'a>, index: usize) -> DirEntry<'a> {
     DirEntry {
         ino: e.ino,
         offset: index as u64 + 1,
         type_: e.dtype,
-        name: &e.name,
+        name: e.name,
     }
+}
+
+/// The index of the entry after the guest's `offset` (offsets are index + 1); past the end
+/// for any offset no listing reaches.
+fn offset_index(offset: u64) -> usize {
+    usize::try_from(offset).unwrap_or(usize::MAX)
 }
 
 /// Lists entries from `offset` until the guest's buffer is full.
@@ -162,8 +154,8 @@ pub fn readdir(
     add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
 ) -> io::Result<()> {
     let (_, snap) = listing(fs, inode, fh, offset)?;
-    for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
-        if add_entry(dirent(e, i))? == 0 {
+    for (i, e) in snap.entries_from(offset_index(offset)) {
+        if add_entry(dirent(&e, i))? == 0 {
             break;
         }
     }
@@ -181,7 +173,7 @@ pub fn readdirplus(
     let (rel, snap) = listing(fs, inode, fh, offset)?;
     let dot = fs.search_node(Func::Getattr, inode)?.st;
     let mut path: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
-    for (i, e) in snap.entries.iter().enumerate().skip(offset as usize) {
+    for (i, e) in snap.entries_from(offset_index(offset)) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
             Entry {
@@ -200,7 +192,7 @@ pub fn readdirplus(
                 path.push(b'/');
             }
             let at = path.len();
-            path.extend_from_slice(&e.name);
+            path.extend_from_slice(e.name);
             path.push(0);
             let (Ok(full), Ok(name)) = (
                 CStr::from_bytes_with_nul(&path),
@@ -213,7 +205,7 @@ pub fn readdirplus(
                 Err(_) => continue, // removed since the snapshot
             }
         };
-        let taken = add_entry(dirent(e, i), entry);
+        let taken = add_entry(dirent(&e, i), entry);
         if !matches!(taken, Ok(n) if n > 0) {
             if entry.inode != 0 {
                 fs.inodes.forget(entry.inode, 1);

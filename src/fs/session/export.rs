@@ -257,10 +257,9 @@ fn export_open(fh: u64, h: &Handle) -> Option<OpenImage> {
             fh,
             inode: d.inode,
             listing: d.snapshot.locked().as_ref().map(|s| {
-                s.entries
-                    .iter()
-                    .map(|e| EntryImage {
-                        name: e.name.clone(),
+                s.entries_from(0)
+                    .map(|(_, e)| EntryImage {
+                        name: e.name.to_vec(),
                         ino: e.ino,
                         dtype: e.dtype,
                     })

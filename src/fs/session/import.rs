@@ -19,7 +19,7 @@ use super::{Locate, NodeImage, OnError, OpenImage, SessionImage};
 use crate::fs::branches::HandleMount;
 use crate::fs::handle::{DirHandle, FileHandle as OpenFile, Handle};
 use crate::fs::inode::{NodeRecord, ROOT_ID};
-use crate::fs::readdir_snapshot::MergedEntry;
+use crate::fs::readdir_snapshot::Listing;
 use crate::fs::UnionFs;
 use crate::sync::LockRecover;
 use crate::sys::beneath;
@@ -383,14 +383,16 @@ impl UnionFs {
                 let snapshot = match listing {
                     None => None,
                     Some(l) => {
-                        let entries = l
-                            .iter()
-                            .map(|e| MergedEntry {
-                                name: e.name.clone(),
-                                ino: e.ino,
-                                dtype: e.dtype,
-                            })
-                            .collect();
+                        let mut entries = Listing::with_capacity(l.len());
+                        for e in l {
+                            entries.push(&e.name, e.ino, e.dtype).map_err(|e| {
+                                ImportError::Open {
+                                    fh: *fh,
+                                    inode: *inode,
+                                    why: e.to_string(),
+                                }
+                            })?;
+                        }
                         let snap =
                             self.listings
                                 .charge(entries)

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 use vufs_frontend::process::BackendProcess;
 use vufs_frontend::{ops, ConnectOptions, Device, Error, FuseRequest, Result};
 
+/// How many times the readdir row lists the directory: enough requests (about 300 with the
+/// default 10,000 entries) that one scheduling hiccup does not decide the row.
+const LISTINGS: usize = 30;
+
 /// Command-line options (hand-parsed to keep this test tool dependency-free).
 struct Opts {
     dir: PathBuf,
@@ -283,7 +287,7 @@ fn run_native(o: &Opts, dir: &Path, wls: &[Wl]) -> Result<HashMap<Wl, Measure>> 
                 }
                 Wl::Readdir => {
                     let mut n = 0;
-                    for _ in 0..3 {
+                    for _ in 0..LISTINGS {
                         n += fs::read_dir(dir.join("meta")).map_err(io)?.count() as u64;
                     }
                     Ok((n, 0))
@@ -429,7 +433,7 @@ fn run_fuse(o: &Opts, be: &BackendProcess) -> Result<(HashMap<Wl, Measure>, u32,
                 }
                 Wl::Readdir => {
                     let mut n = 0;
-                    for _ in 0..3 {
+                    for _ in 0..LISTINGS {
                         let fh = dev.opendir(meta)?.fh;
                         let mut off = 0;
                         loop {

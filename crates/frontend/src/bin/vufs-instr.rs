@@ -46,6 +46,9 @@ enum Row {
     Create,
     Unlink,
     Readdirplus,
+    /// The same listing with READDIR (names only, no nodes), in 32 KiB buffers as
+    /// `vufs-bench` reads it.
+    Readdir,
     /// GETXATTR of `security.capability` (size only, none there: ENODATA), as a Linux guest
     /// asks before writing to a file whose attributes it refreshed.
     Getxattr,
@@ -91,6 +94,7 @@ impl Row {
             "create" => Row::Create,
             "unlink" => Row::Unlink,
             "readdirplus" => Row::Readdirplus,
+            "readdir" => Row::Readdir,
             "getxattr" => Row::Getxattr,
             "fsync" => Row::Fsync,
             "fallocate" => Row::Fallocate,
@@ -170,7 +174,7 @@ fn layout(dir: &Path, row: Row, setup: usize) -> Result<()> {
     let files = match row {
         Row::Lookup | Row::Getattr | Row::Setattr => NAMES,
         Row::Unlink => setup,
-        Row::Readdirplus => LISTING,
+        Row::Readdirplus | Row::Readdir => LISTING,
         _ => 0,
     };
     for i in 0..files {
@@ -290,6 +294,7 @@ fn drive(dev: &mut Paced, o: &Opts) -> Result<()> {
             }
             Row::Unlink => dev.next()?.unlink(d, &name(i))?,
             Row::Readdirplus => list(dev, d)?,
+            Row::Readdir => list_names(dev, d)?,
             _ => unreachable!("served above"),
         }
     }
@@ -360,6 +365,25 @@ fn on_file(dev: &mut Paced, row: Row, nid: u64, fh: u64, i: u64) -> Result<()> {
         _ => unreachable!("not a file row"),
     }
     Ok(())
+}
+
+/// One listing of directory `d` with READDIR in 32 KiB buffers.
+fn list_names(dev: &mut Paced, d: u64) -> Result<()> {
+    let fh = dev.next()?.opendir(d)?.fh;
+    let (mut off, mut n) = (0, 0);
+    loop {
+        let page = dev.next()?.readdir(d, fh, off, 32 * 1024)?;
+        let Some(last) = page.last() else { break };
+        off = last.off;
+        n += page
+            .iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .count();
+    }
+    if n != LISTING {
+        return Err(Error::BadReply(format!("listed {n} of {LISTING} entries")));
+    }
+    dev.next()?.releasedir(d, fh)
 }
 
 /// One listing of directory `d` as a Linux guest does it: OPENDIR, READDIRPLUS page by page,
