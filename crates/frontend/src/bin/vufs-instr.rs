@@ -293,8 +293,8 @@ fn drive(dev: &mut Paced, o: &Opts) -> Result<()> {
                 dev.next()?.create(d, &name(i), 0o644, flags)?;
             }
             Row::Unlink => dev.next()?.unlink(d, &name(i))?,
-            Row::Readdirplus => list(dev, d)?,
-            Row::Readdir => list_names(dev, d)?,
+            Row::Readdirplus => list(dev, d, true)?,
+            Row::Readdir => list(dev, d, false)?,
             _ => unreachable!("served above"),
         }
     }
@@ -367,32 +367,16 @@ fn on_file(dev: &mut Paced, row: Row, nid: u64, fh: u64, i: u64) -> Result<()> {
     Ok(())
 }
 
-/// One listing of directory `d` with READDIR in 32 KiB buffers.
-fn list_names(dev: &mut Paced, d: u64) -> Result<()> {
+/// One listing of directory `d`: OPENDIR, READDIRPLUS page by page as a Linux guest does it
+/// (`plus`), or READDIR in 32 KiB buffers as `vufs-bench` reads it, then RELEASEDIR.
+fn list(dev: &mut Paced, d: u64, plus: bool) -> Result<()> {
     let fh = dev.next()?.opendir(d)?.fh;
     let (mut off, mut n) = (0, 0);
     loop {
-        let page = dev.next()?.readdir(d, fh, off, 32 * 1024)?;
-        let Some(last) = page.last() else { break };
-        off = last.off;
-        n += page
-            .iter()
-            .filter(|e| e.name != b"." && e.name != b"..")
-            .count();
-    }
-    if n != LISTING {
-        return Err(Error::BadReply(format!("listed {n} of {LISTING} entries")));
-    }
-    dev.next()?.releasedir(d, fh)
-}
-
-/// One listing of directory `d` as a Linux guest does it: OPENDIR, READDIRPLUS page by page,
-/// RELEASEDIR.
-fn list(dev: &mut Paced, d: u64) -> Result<()> {
-    let fh = dev.next()?.opendir(d)?.fh;
-    let (mut off, mut n) = (0, 0);
-    loop {
-        let page = dev.next()?.readdirplus(d, fh, off, DIR_PAGE)?;
+        let page = match plus {
+            true => dev.next()?.readdirplus(d, fh, off, DIR_PAGE)?,
+            false => dev.next()?.readdir(d, fh, off, 32 * 1024)?,
+        };
         let Some(last) = page.last() else { break };
         off = last.off;
         n += page
