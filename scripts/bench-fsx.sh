@@ -11,7 +11,7 @@
 # daemon's CPU seconds for the boot (GNU time: user + system, the sandboxed child included),
 # and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner).
 #
-#   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--virtiofsd-xattr]
+#   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--xattr]
 #                        [--mixes default,all,OP,...] [--count-requests]
 #                        [-- extra union-virtiofsd args]
 #
@@ -22,10 +22,10 @@
 # --count-requests: one more boot per mix and daemon, untimed, both daemons with --log-level
 # debug, and a table of the FUSE requests each received (opcode: count), from their logs.
 #
-# union-virtiofsd serves extended attributes by default (as mergerfs), virtiofsd 1.14 only
-# with --xattr. A guest with them asks for security.capability before every write (FUSE
-# clears SB_NOSEC, so the kernel cannot remember that a file has none); one without them stops
-# asking after the first ENOSYS. --virtiofsd-xattr gives virtiofsd --xattr: the same work.
+# Neither daemon serves extended attributes by default (both answer the guest's first GETXATTR
+# ENOSYS, and it asks no more). --xattr gives both --xattr: a guest then asks for
+# security.capability before a truncate, fallocate or copy whenever it refreshed the file's
+# attributes since the last one (FUSE clears S_NOSEC on every refresh).
 #
 # Not part of the test suite: about 6 minutes per run on the 2-core machine.
 set -euo pipefail
@@ -39,10 +39,10 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --ops) ops=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --virtiofsd-xattr) theirs_extra=(--xattr); shift ;;
+    --xattr) theirs_extra=(--xattr); extra+=(--xattr); shift ;;
     --mixes) mixes=$2; shift 2 ;;
     --count-requests) count_requests=1; shift ;;
-    --) shift; extra=("$@"); break ;;
+    --) shift; extra+=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done

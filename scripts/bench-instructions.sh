@@ -125,13 +125,18 @@ cleanup() {
 trap cleanup EXIT
 mount -t tmpfs -o size=256M tmpfs "$mnt"
 
+# xattr_for ROW: ` --xattr` for the getxattr row (both daemons answer ENOSYS without it).
+xattr_for() {
+    [ "$1" != getxattr ] || echo ' --xattr'
+}
+
 # daemon_cmd WHO SOCKET DIR ROW: the command line of daemon WHO (ours, theirs) serving DIR.
 daemon_cmd() {
     case "$1" in
     ours) echo "$bin/union-virtiofsd --socket-path $2 --shared-dir $3 -o minfreespace=0 \
-        --sandbox none --seccomp none --thread-pool-size 0 --max-write 4177920" ;;
+        --sandbox none --seccomp none --thread-pool-size 0 --max-write 4177920$(xattr_for "$4")" ;;
     theirs) echo "$vfsd --socket-path $2 --shared-dir $3 --sandbox none --seccomp none \
-        --thread-pool-size 0$([ "$4" != getxattr ] || echo ' --xattr')" ;;
+        --thread-pool-size 0$(xattr_for "$4")" ;;
     esac
 }
 

@@ -281,11 +281,12 @@ pub struct Args {
     #[arg(long, value_name = "SIZE")]
     pub minfreespace: Option<String>,
 
-    /// Pass extended attributes through (default).
+    /// Pass extended attributes through (off by default, as in virtiofsd: the guest's first
+    /// xattr request gets ENOSYS and it asks no more).
     #[arg(long, overrides_with = "no_xattr", action = ArgAction::SetTrue)]
     pub xattr: bool,
 
-    /// Do not support extended attributes.
+    /// Do not support extended attributes (the default).
     #[arg(long, overrides_with = "xattr", action = ArgAction::SetTrue)]
     pub no_xattr: bool,
 

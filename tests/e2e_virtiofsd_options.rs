@@ -301,7 +301,7 @@ fn xattrs_on_a_symlink_answer_as_a_local_filesystem() {
     let a = Tmpfs::new("16M");
     let (share, local) = symlink_xattrs(&Backend::union(
         &[(a.path(), Mode::Rw)],
-        &["-o", "minfreespace=1M"],
+        &["-o", "minfreespace=1M", "--xattr"],
     ));
     assert!(
         local.iter().any(|l| l.contains("No such attribute")),

@@ -577,8 +577,11 @@ mod tests {
         assert!(c.daemon.thread_pool_size >= 1);
         assert_eq!(c.log_level, LevelFilter::Info);
         assert_eq!(c.fs.opts.cache_entry, Duration::from_secs(1));
-        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough);
+        // Off, as in virtiofsd: a guest asks no xattr question after the first ENOSYS.
+        assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         assert_eq!(c.fs.branches.len(), 1);
+        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "-o", "path-queries=true"]).unwrap();
+        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough, "path-queries implies xattrs");
         assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
     }
 

@@ -150,7 +150,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         "ro" => StatfsIgnore::Ro,
         "nc" => StatfsIgnore::Nc,
     }) },
-    OptionSpec { name: "xattr", help: "passthrough|noattr|nosys (default passthrough); a bare `xattr` (virtiofsd) is passthrough", set: choice!(xattr, "passthrough, noattr or nosys", {
+    OptionSpec { name: "xattr", help: "passthrough|noattr|nosys (default nosys, as virtiofsd; mergerfs: passthrough); a bare `xattr` (virtiofsd) is passthrough", set: choice!(xattr, "passthrough, noattr or nosys", {
         "" => XattrMode::Passthrough,
         "passthrough" => XattrMode::Passthrough,
         "noattr" => XattrMode::Noattr,
@@ -203,8 +203,11 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.allow_idmap = boolean(v)?;
         Ok(())
     } },
-    OptionSpec { name: "path-queries", help: "true|false: the guest may read mergerfs's per-file queries as xattrs (user.mergerfs.basepath, relpath, fullpath, allpaths), which show host paths (ours, default false)", set: |s, v| {
+    OptionSpec { name: "path-queries", help: "true|false: the guest may read mergerfs's per-file queries as xattrs (user.mergerfs.basepath, relpath, fullpath, allpaths), which show host paths; true implies xattr=passthrough (ours, default false)", set: |s, v| {
         s.opts.path_queries = boolean(v)?;
+        if s.opts.path_queries {
+            s.opts.xattr = XattrMode::Passthrough;
+        }
         Ok(())
     } },
     OptionSpec { name: "lock-timeout", help: "SECS the same holders may block a waiting POSIX lock request (fcntl F_SETLKW, lockf F_LOCK) before it answers EDEADLK, a deadlock the daemon cannot see (ours, default 10; 0: no bound)", set: |s, v| {

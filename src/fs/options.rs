@@ -396,7 +396,7 @@ impl Default for UnionOptions {
             inodecalc: InodeCalc::DevinoHash,
             statfs: StatfsMode::Base,
             statfs_ignore: StatfsIgnore::None,
-            xattr: XattrMode::Passthrough,
+            xattr: XattrMode::Nosys,
             xattrmap: None,
             nullrw: false,
             cache_files: CacheFiles::Libfuse,

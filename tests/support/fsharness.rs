@@ -74,7 +74,8 @@ impl ZeroCopyReader for SliceReader {
     }
 }
 
-/// A union over `branches` (`(path, "RW")`…) configured by a mergerfs `-o` string.
+/// A union over `branches` (`(path, "RW")`…) configured by a mergerfs `-o` string, on top of
+/// `xattr=passthrough` (mergerfs's default; the daemon's is virtiofsd's `nosys`).
 pub fn union_with(branches: &[(&Path, &str)], options: &str) -> UnionFs {
     union_with_ids(branches, options, Default::default())
 }
@@ -94,6 +95,7 @@ pub fn union_with_ids(
         .map(|(p, m)| format!("{}={}", p.display(), m).parse::<Branch>().unwrap())
         .collect();
     let mut s = Settings::default();
+    s.apply("xattr", "passthrough").unwrap();
     s.apply_list(options).unwrap();
     UnionFs::new(FsConfig {
         branches,
