@@ -344,7 +344,9 @@ fn the_same_maps_are_refused_with_one_error_line() {
 
 /// A union over `branches` (each RW) with `map`.
 fn mapped_union(branches: &[&Path], map: &str) -> UnionFs {
+    // As the command line does: a map implies --xattr.
     let opts = union_virtiofsd::fs::options::UnionOptions {
+        xattr: union_virtiofsd::fs::options::XattrMode::Passthrough,
         xattrmap: Some(XattrMap::parse(map).unwrap()),
         minfreespace: 0,
         ..Default::default()

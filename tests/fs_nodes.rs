@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
+use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 const MODES: [&str; 3] = ["never", "prefer", "mandatory"];
@@ -63,9 +64,15 @@ fn a_walk_holds_at_most_node_fds_descriptors_and_every_node_still_answers() {
             held <= 8 + 2,
             "{mode}: the walk left {held} descriptors open"
         );
-        // Every node answers with its own object, reopened by handle or path.
-        for (node, ino, size) in seen {
+        // Every node answers with its own object, reopened by handle or path: GETATTR, and
+        // STATX (which answers from the statx that checked a reopened object).
+        for &(node, ino, size) in &seen {
             assert_eq!(attr(&fs, node).unwrap(), (ino, size), "{mode}");
+        }
+        assert!(fs.node_fd_count() <= 8, "{mode}");
+        for &(node, ino, size) in &seen {
+            let (st, _, _) = fs.statx(&ctx(), node, None).unwrap();
+            assert_eq!((st.st_ino, st.st_size), (ino, size), "{mode}: statx");
         }
         assert!(fs.node_fd_count() <= 8, "{mode}");
     }

@@ -580,8 +580,18 @@ mod tests {
         // Off, as in virtiofsd: a guest asks no xattr question after the first ENOSYS.
         assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         assert_eq!(c.fs.branches.len(), 1);
-        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "-o", "path-queries=true"]).unwrap();
-        assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough, "path-queries implies xattrs");
+        let c = parse(&[
+            "--socket-path=/s",
+            "--shared-dir=/a",
+            "-o",
+            "path-queries=true",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.fs.opts.xattr,
+            XattrMode::Passthrough,
+            "path-queries implies xattrs"
+        );
         assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
     }
 

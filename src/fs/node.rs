@@ -26,10 +26,10 @@ impl UnionFs {
     /// search policy of its own (not the getattr policy) and the node still has a name is the
     /// policy run on the node's path; an unbound node (the root) is found by its path too.
     pub(crate) fn search_node(&self, func: Func, inode: u64) -> io::Result<Found> {
-        if let Some((branch, fd, st)) = self.bound_for(func, inode)? {
-            // A descriptor just reopened was checked with an fstat: no second one.
-            let st = match st {
-                Some(st) => st,
+        if let Some((branch, fd, sx)) = self.bound_for(func, inode)? {
+            // A descriptor just reopened was checked with a statx: no second call.
+            let st = match sx {
+                Some(sx) => crate::sys::file::stat_of(&sx),
                 None => beneath::stat_fd(fd.as_fd())?,
             };
             return Ok(Found { branch, fd, st });
@@ -44,8 +44,11 @@ impl UnionFs {
         func: Func,
         inode: u64,
     ) -> io::Result<(Found, libc::statx)> {
-        if let Some((branch, fd, _)) = self.bound_for(func, inode)? {
-            let sx = crate::sys::file::statx_fd(fd.as_fd())?;
+        if let Some((branch, fd, sx)) = self.bound_for(func, inode)? {
+            let sx = match sx {
+                Some(sx) => sx,
+                None => crate::sys::file::statx_fd(fd.as_fd())?,
+            };
             let st = crate::sys::file::stat_of(&sx);
             return Ok((Found { branch, fd, st }, sx));
         }
@@ -210,17 +213,18 @@ impl UnionFs {
                     .map_err(|e| stale(&e).unwrap_or(e))?
             }
         };
-        let st = check_key(&fd, key)?;
+        let sx = check_key(&fd, key)?;
         Ok(Some((
             branch,
             self.inodes.reopened(inode, key, Arc::new(fd)),
-            Some(st),
+            Some(sx),
         )))
     }
 }
 
-/// A node's branch and descriptor, and its attributes if they were just read.
-type Reopened = (usize, Arc<OwnedFd>, Option<libc::stat64>);
+/// A node's branch and descriptor, and its attributes if they were just read (statx(2) with
+/// the basic fields and the birth time, so a STATX reply needs no second call either).
+type Reopened = (usize, Arc<OwnedFd>, Option<libc::statx>);
 
 impl UnionFs {
     /// Directory node `inode`, whose branch was removed, bound again to its directory on
@@ -238,7 +242,8 @@ impl UnionFs {
             return Err(stale());
         }
         self.inodes.bind(inode, self.bind_of(&f));
-        Ok((f.branch, f.fd, Some(f.st)))
+        // Rare (a removed branch): the caller reads the attributes it needs.
+        Ok((f.branch, f.fd, None))
     }
 }
 
@@ -327,11 +332,15 @@ fn stale(e: &io::Error) -> Option<io::Error> {
     .then(|| errno(libc::ESTALE))
 }
 
-/// ESTALE unless `fd` is the object `key`.
-fn check_key(fd: &OwnedFd, key: Key) -> io::Result<libc::stat64> {
-    let st = beneath::stat_fd(fd.as_fd())?;
-    if (st.st_dev, st.st_ino) != key {
+/// ESTALE unless `fd` is the object `key`; its attributes (statx) when it is.
+fn check_key(fd: &OwnedFd, key: Key) -> io::Result<libc::statx> {
+    let sx = crate::sys::file::statx_fd(fd.as_fd())?;
+    if (
+        libc::makedev(sx.stx_dev_major, sx.stx_dev_minor),
+        sx.stx_ino,
+    ) != key
+    {
         return Err(errno(libc::ESTALE));
     }
-    Ok(st)
+    Ok(sx)
 }
