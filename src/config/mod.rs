@@ -580,6 +580,7 @@ mod tests {
         // Off, as in virtiofsd: a guest asks no xattr question after the first ENOSYS.
         assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         assert_eq!(c.fs.branches.len(), 1);
+        assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
         let c = parse(&[
             "--socket-path=/s",
             "--shared-dir=/a",
@@ -592,7 +593,6 @@ mod tests {
             XattrMode::Passthrough,
             "path-queries implies xattrs"
         );
-        assert_eq!(c.fs.branches[0].mode, BranchMode::RW);
     }
 
     #[test]
