@@ -7,6 +7,7 @@
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
 #                     [--extra-initrd archive.cpio]... [--no-initrd] [--allow-reboot]
 #                     [--qmp /tmp/qmp.sock] [--incoming unix:/tmp/mig.sock|defer]
+#                     [--device /tmp/v.sock:TAG]...
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -51,6 +52,10 @@
 #   -qmp unix:PATH,server=on,wait=off
 #                              (--qmp PATH) a QMP control socket, e.g. to start a live migration
 #                              (migrate, query-migrate) or quit the source after it.
+#   -device vhost-user-fs-pci,chardev=fsN,tag=TAG,...
+#                              (--device SOCK:TAG, repeatable) one more virtio-fs device per
+#                              backend socket, e.g. a second daemon side by side with the first
+#                              in the same guest (the scenario mounts TAG itself).
 #   -incoming URI              (--incoming URI) a migration destination: the machine is created
 #                              but not booted; it waits for the migration stream on URI
 #                              (unix:PATH, or defer for a later migrate-incoming on QMP) and
@@ -63,7 +68,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
 socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0 reboot=(-no-reboot)
-qmp=() incoming=()
+qmp=() incoming=() devices=()
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -83,6 +88,7 @@ while [ $# -gt 0 ]; do
     --no-initrd) noinitrd=1; shift ;;
     --qmp) qmp=(-qmp "unix:$2,server=on,wait=off"); shift 2 ;;
     --incoming) incoming=(-incoming "$2"); shift 2 ;;
+    --device) devices+=("$2"); shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -121,6 +127,15 @@ if [ $noinitrd -eq 0 ] && { [ -n "$script" ] || [ ${#extras[@]} -gt 0 ]; }; then
     [ -z "$script" ] || append="uvfs.scenario=1 $append"
 fi
 
+# One more vhost-user-fs device per --device SOCK:TAG.
+device_args=()
+for d in "${devices[@]}"; do
+    [ -S "${d%:*}" ] || { echo "run-guest.sh: ${d%:*} is not a socket: start its backend first" >&2; exit 2; }
+    n=$((${#device_args[@]} / 4 + 1))
+    device_args+=(-chardev "socket,id=fs$n,path=${d%:*}"
+        -device "vhost-user-fs-pci,chardev=fs$n,tag=${d##*:},queue-size=$queue_size")
+done
+
 initrd_args=()
 [ $noinitrd -eq 1 ] || initrd_args=(-initrd "$initrd")
 exec qemu-system-x86_64 \
@@ -129,6 +144,7 @@ exec qemu-system-x86_64 \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
     -chardev "socket,id=fs0,path=$socket" \
     -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size,num-request-queues=$request_queues" \
+    "${device_args[@]}" \
     -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \

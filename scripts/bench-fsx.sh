@@ -11,13 +11,20 @@
 # daemon's CPU seconds for the boot (GNU time: user + system, the sandboxed child included),
 # and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner).
 #
-#   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--xattr]
+#   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--xattr] [--same-guest]
 #                        [--mixes default,all,OP,...] [--count-requests]
 #                        [-- extra union-virtiofsd args]
 #
+# --same-guest: one boot for all runs, both daemons side by side in it (two virtio-fs devices,
+# each daemon serving its own tmpfs), fsx run on each in turn, N rounds, the order swapped
+# every round: the guest, its kernel's state and the host's load are the same for both, where
+# separate boots differ by up to 15% in fsx's time for the same daemon. The CPU row is then
+# each daemon's CPU seconds for the whole boot (each worked only while fsx ran on its share).
+#
 # --mixes picks the mixes (default: default,all); any other name is one of fsx's operations
 # (fsync, punch_hole, close_open, ...): the default mix with that operation added at twice
-# the weight of each of the others (fsx gives those 10 each), to find which one costs a daemon the time.
+# the weight of each of the others (fsx gives those 10 each), to find which one costs a daemon the time;
+# no-OP is the default mix without that operation (mapread, mapwrite, read, write or truncate).
 #
 # --count-requests: one more boot per mix and daemon, untimed, both daemons with --log-level
 # debug, and a table of the FUSE requests each received (opcode: count), from their logs.
@@ -33,7 +40,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-runs=3 ops=20000 out="$root/.cache/bench-fsx" extra=() theirs_extra=() mixes=default,all count_requests=0
+runs=3 ops=20000 out="$root/.cache/bench-fsx" extra=() theirs_extra=() mixes=default,all count_requests=0 same_guest=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -42,6 +49,7 @@ while [ $# -gt 0 ]; do
     --xattr) theirs_extra=(--xattr); extra+=(--xattr); shift ;;
     --mixes) mixes=$2; shift 2 ;;
     --count-requests) count_requests=1; shift ;;
+    --same-guest) same_guest=1; shift ;;
     --) shift; extra+=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
@@ -52,27 +60,52 @@ kernel=$(scripts/fetch-kernel.sh)
 initrd=$(scripts/build-initramfs.sh)
 fsx_cpio=$(scripts/build-tools-initrd.sh fsx)
 
-# scenario MIX: fsx with that mix, timed with coreutils' date, must end "A-OK".
+# scenario MIX [DIR LABEL]: fsx with that mix in DIR (default: the share on /mnt, where the
+# scenario starts), timed with coreutils' date, must end "A-OK"; prints "RESULT [LABEL ]fsx-MIX-s T".
 scenario() {
-    local cfg=""
+    local cfg="" where=${2:-.} label=${3:+$3 }
     case "$1" in
     default) ;;
     all) cfg="-f /opt/tools/fsx-all.toml" ;;
     *) cfg="-f /tmp/mix.toml" ;;
     esac
+    # no-OP: the default mix without that operation.
+    local weights="$1 = 20.0"
+    case "$1" in
+    no-*) weights="${1#no-} = 0.0" ;;
+    esac
     cat <<EOF
 export PATH=/opt/tools/bin:\$PATH
-printf '[weights]\n$1 = 20.0\n' > /tmp/mix.toml
+printf '[weights]\n$weights\n' > /tmp/mix.toml
 t0=\$(/opt/bench/bin/date +%s.%N)
-fsx -N $ops -S 7 -q $cfg -P /tmp fsx-file > /tmp/out 2>&1
+fsx -N $ops -S 7 -q $cfg -P /tmp $where/fsx-file > /tmp/out 2>&1
 rc=\$?
 t1=\$(/opt/bench/bin/date +%s.%N)
+rm -f $where/fsx-file
 if [ \$rc = 0 ] && grep -q 'A-OK' /tmp/out; then
-    echo "RESULT fsx-$1-s \$(awk "BEGIN {printf \\"%.2f\\", \$t1 - \$t0}")"
+    echo "RESULT ${label}fsx-$1-s \$(awk "BEGIN {printf \\"%.2f\\", \$t1 - \$t0}")"
 else
     echo "FSX FAILED"; tail -20 /tmp/out
 fi
 EOF
+}
+
+# same_guest_scenario: mounts virtiofsd's share (tag "theirs") on /mnt2, then N rounds of every
+# mix on each share, the order swapped every round.
+same_guest_scenario() {
+    local i mix who order
+    echo 'mkdir -p /mnt2 && mount -t virtiofs theirs /mnt2 || { echo "FSX FAILED: cannot mount theirs"; exit 1; }'
+    for i in $(seq "$runs"); do
+        order=(ours theirs)
+        [ $((i % 2)) -eq 0 ] && order=(theirs ours)
+        for mix in ${mixes//,/ }; do
+            for who in "${order[@]}"; do
+                echo "echo 'round $i: $mix on $who'"
+                if [ "$who" = ours ]; then scenario "$mix" /mnt ours; else scenario "$mix" /mnt2 theirs; fi
+            done
+        done
+    done
+    echo 'umount /mnt2'
 }
 
 # run_one LABEL MIX CMD...: one guest boot against backend CMD ({socket} and {dir} replaced).
@@ -105,8 +138,30 @@ run_one() {
     echo "$label cpu-$mix-s ${cpu:-0}" >>"$results"
 }
 
+# run_same: one boot, both daemons side by side (ours on tag "share", virtiofsd on "theirs").
+run_same() {
+    local console="$out/same-guest.console.log" who
+    same_guest_scenario >"$out/same-guest.sh"
+    side_by_side_start "$out" -o minfreespace=0 "${extra[@]}" -- "${theirs_extra[@]}"
+    side_by_side_guest --kernel "$kernel" --initrd "$initrd" --extra-initrd "$bench_cpio" \
+        --extra-initrd "$fsx_cpio" --script "$out/same-guest.sh" >"$console" 2>&1 || true
+    side_by_side_stop
+    tr -d '\r' <"$console" | grep -q '^FSX FAILED' && die "fsx failed (see $console)"
+    [ "$(tr -d '\r' <"$console" | grep -c '^RESULT ')" -eq $((2 * runs * $(wc -w <<<"${mixes//,/ }"))) ] ||
+        die "fsx did not finish every round (see $console)"
+    tr -d '\r' <"$console" | sed -n 's/^RESULT //p' >>"$results"
+    for who in ours theirs; do
+        awk -v w="$who" '/^TIME/ {print w, "cpu-boot-s", $2 + $3}' "$out/$who.time" >>"$results"
+    done
+}
+
 results="$out/results.txt"
 : >"$results"
+if [ "$same_guest" = 1 ]; then
+    log "one boot, both daemons, $runs rounds of $mixes"
+    run_same
+    runs=0
+fi
 for i in $(seq "$runs"); do
     order=(ours theirs)
     [ $((i % 2)) -eq 0 ] && order=(theirs ours)

@@ -8,7 +8,15 @@
 #
 #   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
 #                          [--fio-only | --buffered] [--writeback] [--kernel-suite SUITE]
-#                          [-- extra daemon args]
+#                          [--same-guest [--boots B]] [-- extra daemon args]
+#
+# --same-guest: one boot for all runs with both daemons side by side in it (two virtio-fs
+# devices, each daemon serving its own tmpfs; virtiofsd's share is mounted on /mnt2) and the
+# scenario run N rounds on each share in turn, the order swapped every round. Rows of rates
+# are medians over the rounds; CPU and memory are each daemon's for the whole boot (memory
+# after the last round). The guest, its kernel's state and the host's load are then the same
+# for both daemons, where separate boots differ from boot to boot. --boots B repeats that boot
+# B times (default 1): every row is then the median over all boots (and rounds), memory too.
 #
 # --buffered runs the buffered-write rows instead (the writeback cache's: 25,000 dd writes of
 # 4 KiB then sync, 1,600 of 64 KiB then sync, in MB/s; the source tree untarred then synced
@@ -35,7 +43,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
-buffered=0 wb=()
+buffered=0 wb=() same_guest=0 boots=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -46,6 +54,8 @@ while [ $# -gt 0 ]; do
     --buffered) buffered=1; shift ;;
     --writeback) wb=(--writeback); shift ;;
     --kernel-suite) suite=$2; shift 2 ;;
+    --same-guest) same_guest=1; shift ;;
+    --boots) boots=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
@@ -69,25 +79,26 @@ initrd=$(scripts/build-initramfs.sh)
 scenario="$out/scenario.sh"
 if [ "$buffered" = 1 ]; then
 cat >"$scenario" <<'EOF'
+M=${M:-/mnt}
 B=/opt/bench/bin
 now() { $B/date +%s.%N; }
 rate() { awk "BEGIN {printf \"%.1f\", $1 / ($3 - $2)}" ; }
 mbs() { awk "BEGIN {printf \"%.2f\", $1 / ($3 - $2) / 1000000}" ; }
-t0=$(now); dd if=/dev/zero of=/mnt/w4k bs=4k count=25000 2>/dev/null; sync; t1=$(now)
+t0=$(now); dd if=/dev/zero of=$M/w4k bs=4k count=25000 2>/dev/null; sync; t1=$(now)
 echo "RESULT dd-4k-sync-MBps $(mbs 102400000 $t0 $t1)"
-rm /mnt/w4k
-t0=$(now); dd if=/dev/zero of=/mnt/w64k bs=64k count=1600 2>/dev/null; sync; t1=$(now)
+rm $M/w4k
+t0=$(now); dd if=/dev/zero of=$M/w64k bs=64k count=1600 2>/dev/null; sync; t1=$(now)
 echo "RESULT dd-64k-sync-MBps $(mbs 104857600 $t0 $t1)"
-rm /mnt/w64k
+rm $M/w64k
 files=$(tar -tf /opt/bench/tree.tar | wc -l)
-t0=$(now); mkdir /mnt/src && tar -C /mnt/src -xf /opt/bench/tree.tar; sync; t1=$(now)
+t0=$(now); mkdir $M/src && tar -C $M/src -xf /opt/bench/tree.tar; sync; t1=$(now)
 echo "RESULT untar-sync-files-per-s $(rate $files $t0 $t1)"
-rm -rf /mnt/src
-mkdir /mnt/obj
+rm -rf $M/src
+mkdir $M/obj
 t0=$(now)
 i=0
 while [ $i -lt 1000 ]; do
-    o=/mnt/obj/o$i.o
+    o=$M/obj/o$i.o
     head -c 3000 /opt/bench/tree.tar > $o
     head -c 5000 /opt/bench/tree.tar >> $o
     head -c 7000 /opt/bench/tree.tar >> $o
@@ -97,24 +108,25 @@ done
 sync
 t1=$(now)
 echo "RESULT build-1000-objects-per-s $(rate 1000 $t0 $t1)"
-rm -rf /mnt/obj
+rm -rf $M/obj
 EOF
 else
 echo "FIO_ONLY=$fio_only" >"$scenario"
 cat >>"$scenario" <<'EOF'
+M=${M:-/mnt}
 B=/opt/bench/bin
 now() { $B/date +%s.%N; }
 # fio BS RW [JOBS]: prints MB/s (sum over jobs) from the terse output.
 fio_row() {
     name=$1 bs=$2 rw=$3 jobs=${4:-1}
-    r=$($B/fio --name=b --filename=/mnt/fio.dat --size=64M --direct=1 --ioengine=psync \
+    r=$($B/fio --name=b --filename=$M/fio.dat --size=64M --direct=1 --ioengine=psync \
         --bs="$bs" --rw="$rw" --numjobs="$jobs" --group_reporting --runtime=4 --time_based \
         --minimal)
     case $rw in *read*) kb=$(echo "$r" | cut -d';' -f7) ;; *) kb=$(echo "$r" | cut -d';' -f48) ;; esac
     echo "RESULT $name $(awk "BEGIN {printf \"%.2f\", $kb / 1024}")"
 }
 # Lay the file out once, so reads read data and writes overwrite.
-$B/fio --name=lay --filename=/mnt/fio.dat --size=64M --rw=write --bs=1M --direct=1 --minimal >/dev/null
+$B/fio --name=lay --filename=$M/fio.dat --size=64M --rw=write --bs=1M --direct=1 --minimal >/dev/null
 fio_row seq-read-128k 128k read
 fio_row seq-read-1m 1m read
 fio_row seq-read-4m 4m read
@@ -125,11 +137,11 @@ fio_row rand-read-4k 4k randread
 fio_row rand-write-4k 4k randwrite
 fio_row rand-read-4k-x4 4k randread 4
 fio_row rand-write-4k-x4 4k randwrite 4
-rm -f /mnt/fio.dat
+rm -f $M/fio.dat
 [ "$FIO_ONLY" = 0 ] || exit 0
 # ops/s of a timed shell step over N items.
 rate() { awk "BEGIN {printf \"%.1f\", $2 / ($4 - $3)}" ; }
-mkdir /mnt/m && cd /mnt/m
+mkdir $M/m && cd $M/m
 t0=$(now); i=0; while [ $i -lt 5000 ]; do : > f$i; i=$((i+1)); done; t1=$(now)
 echo "RESULT create-5000 $(rate x 5000 $t0 $t1)"
 t0=$(now); i=0; while [ $i -lt 5000 ]; do [ -e f$i ]; i=$((i+1)); done; t1=$(now)
@@ -138,7 +150,7 @@ t0=$(now); for k in 1 2 3; do find . -maxdepth 1 >/dev/null; done; t1=$(now)
 echo "RESULT readdir-5000 $(rate x 15000 $t0 $t1)"
 t0=$(now); i=0; while [ $i -lt 5000 ]; do rm f$i; i=$((i+1)); done; t1=$(now)
 echo "RESULT unlink-5000 $(rate x 5000 $t0 $t1)"
-cd /mnt && rmdir /mnt/m
+cd $M && rmdir $M/m
 files=$(tar -tf /opt/bench/tree.tar | wc -l)
 t0=$(now); mkdir src && tar -C src -xf /opt/bench/tree.tar; t1=$(now)
 echo "RESULT tree-untar $(rate x $files $t0 $t1)"
@@ -160,7 +172,12 @@ measure() {
 }
 trap measure EXIT
 EOF
-cat "$scenario" >>"$scenario.full"
+if [ "$same_guest" = 1 ]; then
+    # The rounds are added per boot (same_guest_scenario).
+    mv "$scenario" "$out/body.sh"
+else
+    cat "$scenario" >>"$scenario.full"
+fi
 mv "$scenario.full" "$scenario"
 
 # mem_tree PID: "rss anon file shmem hwm" in KiB, summed over PID and its descendants (the
@@ -220,22 +237,95 @@ run_one() {
     grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
     echo "$label daemon-cpu-s ${cpu:-0}" >>"$results"
     # The daemon's memory (KiB, see the header): after start, after the scenario, the peak.
-    set -- $idle
-    echo "$label idle-rss-kib $1" >>"$results"
-    echo "$label idle-anon-kib $2" >>"$results"
-    set -- $session
-    echo "$label session-rss-kib $1" >>"$results"
-    echo "$label session-anon-kib $2" >>"$results"
-    echo "$label session-file-kib $3" >>"$results"
-    echo "$label session-shmem-kib $4" >>"$results"
-    echo "$label peak-rss-kib $5" >>"$results"
+    mem_lines "$label" "$idle" "$session" >>"$results"
     grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "$label: scenario did not finish (see $console)"
+}
+
+# mem_lines LABEL IDLE SESSION: the memory rows (KiB, see the header) of one daemon, from
+# mem_tree's "rss anon file shmem hwm" right after start (IDLE) and after the scenario (SESSION).
+mem_lines() {
+    local label=$1
+    set -- $2 $3
+    echo "$label idle-rss-kib $1"
+    echo "$label idle-anon-kib $2"
+    echo "$label session-rss-kib $6"
+    echo "$label session-anon-kib $7"
+    echo "$label session-file-kib $8"
+    echo "$label session-shmem-kib $9"
+    echo "$label peak-rss-kib ${10}"
+}
+
+# same_guest_scenario BOOT: the scenario of boot BOOT with both shares in it: virtiofsd's (tag
+# "theirs") on /mnt2, then N rounds of the scenario's body on each share, each in a subshell
+# from the share's root; the order swaps every round, counting on from the boots before (with
+# one round per boot, every other boot starts with virtiofsd).
+same_guest_scenario() {
+    local i who first second m
+    cat "$scenario"
+    echo 'mkdir -p /mnt2 && mount -t virtiofs theirs /mnt2 || { echo "=== MOUNT FAILED theirs"; exit 1; }'
+    echo 'body() {'
+    cat "$out/body.sh"
+    echo '}'
+    for i in $(seq $((($1 - 1) * runs + 1)) $(($1 * runs))); do
+        first=ours second=theirs
+        [ $((i % 2)) -eq 0 ] && first=theirs second=ours
+        for who in $first $second; do
+            m=/mnt; [ "$who" = theirs ] && m=/mnt2
+            echo "echo 'round $i: $who'"
+            echo "(cd $m && M=$m body) | sed 's/^RESULT /RESULT $who /'"
+        done
+    done
+}
+
+# run_same BOOT: one boot, both daemons side by side (see --same-guest in the header).
+run_same() {
+    local console="$out/same-guest.console.log" idle=() watcher who i p
+    side_by_side_start "$out" -o minfreespace=0 "${wb[@]}" "${extra[@]}" -- "${wb[@]}"
+    for i in 0 1; do idle+=("$(mem_tree "${SIDE_DAEMONS[$i]}")"); done
+    rm -f "$out/ours.session-mem" "$out/theirs.session-mem"
+    (
+        while ! tr -d '\r' <"$console" 2>/dev/null | grep -q '^=== MEASURE'; do
+            kill -0 "${SIDE_DAEMONS[0]}" 2>/dev/null || exit 0
+            sleep 0.1
+        done
+        i=0
+        for who in ours theirs; do
+            mem_tree "${SIDE_DAEMONS[$i]}" >"$out/$who.session-mem"
+            for p in ${SIDE_DAEMONS[$i]} $(cat /proc/"${SIDE_DAEMONS[$i]}"/task/*/children 2>/dev/null); do
+                cat /proc/"$p"/smaps >"$out/$who.session-smaps.$p" 2>/dev/null || true
+            done
+            i=$((i + 1))
+        done
+        touch "${SIDE_DIRS[0]}/.measured"
+    ) &
+    watcher=$!
+    same_guest_scenario "$1" >"$out/same-guest.sh"
+    side_by_side_guest --kernel "$kernel" --initrd "$initrd" --extra-initrd "$bench_cpio" \
+        --script "$out/same-guest.sh" >"$console" 2>&1 || true
+    wait "$watcher" 2>/dev/null || true
+    side_by_side_stop
+    grep -a '^RESULT ' "$console" | tr -d '\r' | sed 's/^RESULT //' >>"$results"
+    i=0
+    for who in ours theirs; do
+        echo "$who daemon-cpu-s $(awk '/^TIME/ {print $2 + $3}' "$out/$who.time")" >>"$results"
+        mem_lines "$who" "${idle[$i]}" "$(cat "$out/$who.session-mem" 2>/dev/null || echo 0 0 0 0 0)" >>"$results"
+        i=$((i + 1))
+    done
+    grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "scenario did not finish (see $console)"
 }
 
 results="$out/results.txt"
 : >"$results"
 qargs=()
 [ "$queues" -gt 1 ] && qargs=(--num-request-queues "$queues")
+if [ "$same_guest" = 1 ]; then
+    [ "$versus" = virtiofsd ] && [ "$queues" = 1 ] || die "--same-guest: one queue, versus virtiofsd"
+    for b in $(seq "$boots"); do
+        log "boot $b/$boots: both daemons, $runs rounds"
+        run_same "$b"
+    done
+    runs=0
+fi
 for i in $(seq "$runs"); do
     order=(ours theirs)
     [ $((i % 2)) -eq 0 ] && order=(theirs ours)

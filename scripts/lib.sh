@@ -125,3 +125,58 @@ median_table() {
         }
     }' "$4"
 }
+
+# side_by_side_start OUT OURS_ARG... -- THEIRS_ARG...: both daemons for one guest boot with
+# the two side by side in it (the guest benchmarks' --same-guest): a fresh 1 GiB tmpfs each,
+# this daemon ($ours) serving SIDE_DIRS[0] and virtiofsd ($vfsd) SIDE_DIRS[1], each with its
+# own extra arguments, under GNU time (OUT/ours.time, OUT/theirs.time: "TIME user system
+# minor-faults voluntary-switches involuntary-switches" once it exits), logging to
+# OUT/WHO.daemon.log. Sets SIDE_DIRS, SIDE_PIDS (GNU time's) and SIDE_DAEMONS (the daemons').
+side_by_side_start() {
+    local out=$1 ours_args=() i
+    shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do ours_args+=("$1"); shift; done
+    [ $# -eq 0 ] || shift
+    SIDE_DIRS=("$(mktemp -d /tmp/uvfs-side.XXXXXX)" "$(mktemp -d /tmp/uvfs-side.XXXXXX)")
+    for i in 0 1; do mount -t tmpfs -o size=1G tmpfs "${SIDE_DIRS[$i]}"; done
+    /usr/bin/time -f 'TIME %U %S %R %w %c' -o "$out/ours.time" "$ours" \
+        --socket-path "${SIDE_DIRS[0]}.sock" --shared-dir "${SIDE_DIRS[0]}" "${ours_args[@]}" \
+        >"$out/ours.daemon.log" 2>&1 &
+    SIDE_PIDS=("$!")
+    /usr/bin/time -f 'TIME %U %S %R %w %c' -o "$out/theirs.time" "$vfsd" \
+        --socket-path "${SIDE_DIRS[1]}.sock" --shared-dir "${SIDE_DIRS[1]}" "$@" \
+        >"$out/theirs.daemon.log" 2>&1 &
+    SIDE_PIDS+=("$!")
+    for _ in $(seq 200); do
+        [ -S "${SIDE_DIRS[0]}.sock" ] && [ -S "${SIDE_DIRS[1]}.sock" ] && break
+        sleep 0.05
+    done
+    [ -S "${SIDE_DIRS[0]}.sock" ] && [ -S "${SIDE_DIRS[1]}.sock" ] ||
+        die "side by side: a daemon is not listening (see $out/ours.daemon.log, $out/theirs.daemon.log)"
+    SIDE_DAEMONS=()
+    for i in 0 1; do
+        SIDE_DAEMONS+=("$(awk '{print $1; exit}' /proc/"${SIDE_PIDS[$i]}"/task/*/children)")
+    done
+}
+
+# side_by_side_guest ARG...: qemu/run-guest.sh (2 vCPUs, 1 GiB) with this daemon's share as
+# the first device (tag share, which /init mounts on /mnt) and virtiofsd's as a second one
+# (tag theirs, which the scenario mounts), and ARG....
+side_by_side_guest() {
+    bash "$UVFS_ROOT/qemu/run-guest.sh" --socket "${SIDE_DIRS[0]}.sock" \
+        --device "${SIDE_DIRS[1]}.sock:theirs" --smp 2 --mem 1G "$@"
+}
+
+# side_by_side_stop: waits for both daemons to exit (they do once the guest's QEMU is gone),
+# stops them if not, and removes their directories and sockets.
+side_by_side_stop() {
+    local p d
+    for p in "${SIDE_PIDS[@]}"; do
+        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        pkill -TERM -P "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    for d in "${SIDE_DIRS[@]}"; do
+        umount "$d"; rmdir "$d"; rm -f "$d.sock" "$d.sock.pid"
+    done
+}

@@ -109,6 +109,19 @@ impl Drop for BackendProcess {
     }
 }
 
+/// Removes `socket` and the files a backend keeps beside it (`SOCKET.pid`: both daemons' lock
+/// file; `SOCKET.ctl`, `SOCKET.upgrade`: union-virtiofsd's control and upgrade sockets), which a
+/// backend killed on drop leaves behind.
+pub fn remove_socket_files(socket: &Path) {
+    let _ = std::fs::remove_file(socket);
+    for ext in ["pid", "ctl", "upgrade"] {
+        let mut p = socket.as_os_str().to_owned();
+        p.push(".");
+        p.push(ext);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 fn proc_err(pid: u32, what: &str, e: impl std::fmt::Display) -> Error {
     Error::Process(format!("/proc/{pid}/{what}: {e}"))
 }

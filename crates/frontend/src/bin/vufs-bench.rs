@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vufs_frontend::process::BackendProcess;
+use vufs_frontend::process::{self as backend, BackendProcess};
 use vufs_frontend::{ops, ConnectOptions, Device, Error, FuseRequest, Result};
 
 /// How many times the readdir row lists the directory: enough requests (about 300 with the
@@ -522,7 +522,7 @@ fn run() -> Result<()> {
         max_ios.push(max_io);
         drop(be);
         let _ = fs::remove_dir_all(o.dir.join("fuse"));
-        let _ = fs::remove_file(&sock);
+        backend::remove_socket_files(&sock);
         eprintln!("{name}: done (largest READ {max_io})");
         cols.push((name.clone(), res, rss));
     }
