@@ -211,6 +211,8 @@ run_one() {
     daemon=$(cat /proc/"$pid"/task/*/children | awk '{print $1; exit}')
     idle=$(mem_tree "$daemon")
     rm -f "$out/$label.session-mem"
+    # The watcher below must not find the last run's console.
+    : >"$console"
     (
         while ! tr -d '\r' <"$console" 2>/dev/null | grep -q '^=== MEASURE'; do
             kill -0 "$daemon" 2>/dev/null || exit 0
@@ -283,6 +285,8 @@ run_same() {
     side_by_side_start "$out" -o minfreespace=0 "${wb[@]}" "${extra[@]}" -- "${wb[@]}"
     for i in 0 1; do idle+=("$(mem_tree "${SIDE_DAEMONS[$i]}")"); done
     rm -f "$out/ours.session-mem" "$out/theirs.session-mem"
+    # The watcher below must not find the last boot's console.
+    : >"$console"
     (
         while ! tr -d '\r' <"$console" 2>/dev/null | grep -q '^=== MEASURE'; do
             kill -0 "${SIDE_DAEMONS[0]}" 2>/dev/null || exit 0
