@@ -93,13 +93,11 @@ EOF
 # same_guest_scenario: mounts virtiofsd's share (tag "theirs") on /mnt2, then N rounds of every
 # mix on each share, the order swapped every round.
 same_guest_scenario() {
-    local i mix who order
+    local i mix who
     echo 'mkdir -p /mnt2 && mount -t virtiofs theirs /mnt2 || { echo "FSX FAILED: cannot mount theirs"; exit 1; }'
     for i in $(seq "$runs"); do
-        order=(ours theirs)
-        [ $((i % 2)) -eq 0 ] && order=(theirs ours)
         for mix in ${mixes//,/ }; do
-            for who in "${order[@]}"; do
+            for who in $(round_order "$i"); do
                 echo "echo 'round $i: $mix on $who'"
                 if [ "$who" = ours ]; then scenario "$mix" /mnt ours; else scenario "$mix" /mnt2 theirs; fi
             done
@@ -163,10 +161,8 @@ if [ "$same_guest" = 1 ]; then
     runs=0
 fi
 for i in $(seq "$runs"); do
-    order=(ours theirs)
-    [ $((i % 2)) -eq 0 ] && order=(theirs ours)
     for mix in ${mixes//,/ }; do
-        for who in "${order[@]}"; do
+        for who in $(round_order "$i"); do
             log "run $i/$runs: $mix, $who"
             if [ "$who" = ours ]; then
                 run_one ours "$mix" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${extra[@]}"

@@ -262,16 +262,14 @@ mem_lines() {
 # from the share's root; the order swaps every round, counting on from the boots before (with
 # one round per boot, every other boot starts with virtiofsd).
 same_guest_scenario() {
-    local i who first second m
+    local i who m
     cat "$scenario"
     echo 'mkdir -p /mnt2 && mount -t virtiofs theirs /mnt2 || { echo "=== MOUNT FAILED theirs"; exit 1; }'
     echo 'body() {'
     cat "$out/body.sh"
     echo '}'
     for i in $(seq $((($1 - 1) * runs + 1)) $(($1 * runs))); do
-        first=ours second=theirs
-        [ $((i % 2)) -eq 0 ] && first=theirs second=ours
-        for who in $first $second; do
+        for who in $(round_order "$i"); do
             m=/mnt; [ "$who" = theirs ] && m=/mnt2
             echo "echo 'round $i: $who'"
             echo "(cd $m && M=$m body) | sed 's/^RESULT /RESULT $who /'"
@@ -331,9 +329,7 @@ if [ "$same_guest" = 1 ]; then
     runs=0
 fi
 for i in $(seq "$runs"); do
-    order=(ours theirs)
-    [ $((i % 2)) -eq 0 ] && order=(theirs ours)
-    for who in "${order[@]}"; do
+    for who in $(round_order "$i"); do
         log "run $i/$runs: $who"
         if [ "$who" = ours ]; then
             run_one ours "$queues" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${wb[@]}" "${qargs[@]}" "${extra[@]}"

@@ -126,6 +126,12 @@ median_table() {
     }' "$4"
 }
 
+# round_order I: who goes first in round I of a guest benchmark: "ours theirs" in odd rounds,
+# "theirs ours" in even ones.
+round_order() {
+    if [ $(($1 % 2)) -eq 0 ]; then echo theirs ours; else echo ours theirs; fi
+}
+
 # side_by_side_start OUT OURS_ARG... -- THEIRS_ARG...: both daemons for one guest boot with
 # the two side by side in it (the guest benchmarks' --same-guest): a fresh 1 GiB tmpfs each,
 # this daemon ($ours) serving SIDE_DIRS[0] and virtiofsd ($vfsd) SIDE_DIRS[1], each with its
