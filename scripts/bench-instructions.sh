@@ -111,7 +111,7 @@ vfsd=$(install_virtiofsd)
 export CARGO_PROFILE_RELEASE_DEBUG=true CARGO_TARGET_DIR="$root/target/callgrind"
 nice cargo build --quiet --release --bin union-virtiofsd -p union-virtiofsd >&2
 nice cargo build --quiet --release --bin vufs-instr -p vufs-frontend >&2
-bin="$CARGO_TARGET_DIR/release"
+bin=$(cargo_out release)
 
 work=$(mktemp -d /tmp/vufs-instr.XXXXXX)
 mnt="$work/tmpfs"

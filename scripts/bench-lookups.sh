@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
 done
 cargo build --quiet --release --bin union-virtiofsd -p union-virtiofsd >&2
 cargo build --quiet --release --bin vufs-bench -p vufs-frontend >&2
+bin=$(cargo_out release)
 mnt=$(mktemp -d /tmp/uvfs-lookups.XXXXXX) empty=$(mktemp -d /tmp/uvfs-empty.XXXXXX)
 cleanup() { umount "$mnt" "$empty" 2>/dev/null || true; rmdir "$mnt" "$empty" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -39,9 +40,9 @@ for n in 1 4 16 32; do
         mkdir -p "$empty/e$i"
         branches+=" --branch $empty/e$i=RO"
     done
-    out=$("$root/target/release/vufs-bench" 2>/dev/null --dir "$mnt" --depth 1 --entries "$entries" \
+    out=$("$bin/vufs-bench" 2>/dev/null --dir "$mnt" --depth 1 --entries "$entries" \
         --only lookup,lookup-missing \
-        --backend "ours=$root/target/release/union-virtiofsd --socket-path {socket}$branches --branch {dir} -o minfreespace=0")
+        --backend "ours=$bin/union-virtiofsd --socket-path {socket}$branches --branch {dir} -o minfreespace=0")
     rm -rf "${mnt:?}"/*
     # "lookup  ops/s  native | rate x cpu"
     row() { echo "$out" | awk -v w="$1" -v e="$entries" -F'|' '

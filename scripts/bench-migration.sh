@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 cargo build --quiet --release --bin union-virtiofsd >&2
-daemon=$root/target/release/union-virtiofsd
+daemon=$(cargo_out release)/union-virtiofsd
 kernel=$(scripts/fetch-kernel.sh)
 initrd=$(scripts/build-initramfs.sh)
 work=$(mktemp -d /tmp/uvfs-migbench.XXXXXX)

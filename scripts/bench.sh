@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}"
 
 vfsd="${VIRTIOFSD:-}"
@@ -27,7 +29,7 @@ cleanup() { umount "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true;
 trap cleanup EXIT
 mount -t tmpfs -o size=2G tmpfs "$mnt"
 
-"$root/target/release/vufs-bench" --dir "$mnt" \
-    --backend "union-virtiofsd=$root/target/release/union-virtiofsd --socket-path {socket} --branch {dir} -o minfreespace=0" \
+"$(cargo_out release)/vufs-bench" --dir "$mnt" \
+    --backend "union-virtiofsd=$(cargo_out release)/union-virtiofsd --socket-path {socket} --branch {dir} -o minfreespace=0" \
     --backend "virtiofsd=$vfsd --socket-path {socket} --shared-dir {dir} --cache never" \
     "$@"

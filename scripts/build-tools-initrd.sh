@@ -47,7 +47,7 @@ else
     # examples/guest_idmap.rs.
     cargo build --quiet --example guest_lock --example guest_idmap \
         --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
-    examples="$UVFS_ROOT/target/debug/examples"
+    examples="$(cargo_out debug)/examples"
     newest=$(ls -t "$examples/guest_lock" "$examples/guest_idmap" | head -1)
     progs=("$examples/guest_lock" "$examples/guest_idmap" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
         /usr/bin/getfattr /usr/bin/setfattr /usr/bin/getfacl /usr/bin/setfacl)

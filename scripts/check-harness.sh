@@ -17,6 +17,6 @@ virtiofsd="${VIRTIOFSD:-$(command -v virtiofsd || true)}"
 cd "$UVFS_ROOT"
 args=("$virtiofsd" --socket-path '{socket}' --shared-dir '{dir}' --cache never)
 cargo build --quiet --example guest_backend
-example="${CARGO_TARGET_DIR:-$UVFS_ROOT/target}/debug/examples/guest_backend"
+example="$(cargo_out debug)/examples/guest_backend"
 "$example" "${args[@]}"
 "$example" --mergerfs "${args[@]}"

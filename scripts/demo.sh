@@ -18,7 +18,7 @@ daemon="${UVFS_DAEMON:-}"
 if [ -z "$daemon" ]; then
     log "cargo build --release"
     cargo build --release --quiet
-    daemon="$UVFS_ROOT/target/release/union-virtiofsd"
+    daemon="$(cargo_out release)/union-virtiofsd"
 fi
 
 work=$(mktemp -d --tmpdir uvfs-demo.XXXXXX)

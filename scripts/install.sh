@@ -30,7 +30,7 @@ done
 cd "$UVFS_ROOT"
 if [ -z "$binary" ]; then
     cargo build --release --quiet --bin union-virtiofsd
-    binary=target/release/union-virtiofsd
+    binary=$(cargo_out release)/union-virtiofsd
 fi
 [ -x "$binary" ] || die "$binary is not an executable"
 

@@ -47,6 +47,13 @@ apt_update_once() {
 
 # copy_libs DEST PROG...: copies the shared libraries PROG... load (ldd) into DEST, at the same
 # paths, for a guest archive.
+# cargo_out PROFILE: the directory of this workspace's PROFILE (debug, release) binaries and
+# examples. .cargo/config.toml names the host's target (for the static link), so cargo puts
+# them under target/<triple>/ (or $CARGO_TARGET_DIR/<triple>/).
+cargo_out() {
+    echo "${CARGO_TARGET_DIR:-$UVFS_ROOT/target}/$(rustc -vV | sed -n 's/^host: //p')/$1"
+}
+
 copy_libs() {
     local dest=$1 lib
     shift
@@ -77,8 +84,8 @@ install_virtiofsd() {
 # bench_tools: what the guest benchmarks share. virtiofsd 1.14 (cargo install'ed into
 # .cache/tools if absent), fio, this daemon's release build, and the guest archive with fio,
 # coreutils' date and a source tree (about 2,000 headers from /usr/include) under /opt/bench.
-# Sets vfsd, ours and bench_cpio. UVFS_DAEMON=PATH benchmarks that binary instead of the
-# tree's release build (another build of this daemon, for an A/B comparison).
+# Sets vfsd, ours and bench_cpio. UVFS_DAEMON=PATH benchmarks that binary instead of a copy of
+# the tree's release build (another build of this daemon, for an A/B comparison).
 bench_tools() {
     vfsd=$(install_virtiofsd)
     command -v fio >/dev/null || as_root apt-get install -y -qq --no-install-recommends fio >&2
@@ -87,7 +94,14 @@ bench_tools() {
         ours=$UVFS_DAEMON
     else
         (cd "$UVFS_ROOT" && cargo build --quiet --release --bin union-virtiofsd >&2)
-        ours="$UVFS_ROOT/target/release/union-virtiofsd"
+        # Run as installed, a copy, like virtiofsd (cargo install copies it): the linker writes
+        # its output through a mapping, which leaves it in the page cache as 4 KiB pages, where
+        # a copied binary (or one read from disk) sits in large folios, and a fault on its code
+        # maps the whole folio: the same binary started 0.8 MiB larger from a copy.
+        ours="$UVFS_ROOT/.cache/tools/union-virtiofsd/union-virtiofsd"
+        mkdir -p "${ours%/*}"
+        cp "$(cargo_out release)/union-virtiofsd" "$ours.tmp"
+        mv "$ours.tmp" "$ours"
     fi
     bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
     if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "${BASH_SOURCE[0]}" ]; then

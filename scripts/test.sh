@@ -25,6 +25,12 @@ timed scripts/build-tools-initrd.sh fsx >/dev/null
 timed install_virtiofsd >/dev/null
 # A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
 timed scripts/build-debian-base.sh >/dev/null
+# The release build as it ships (static, whole-program LTO; the tests below build without LTO):
+# linked as it should be, then the guest tests of the union and of file-handle nodes again
+# against it (tests/support/guest.rs runs $UVFS_DAEMON).
+t0=$SECONDS
+release=$(scripts/check-static.sh)
+log "check-static.sh: $((SECONDS - t0)) s"
 # A short fixed-seed pass of each fuzz target (its nightly build cached in .cache/fuzz/build).
 # Before the tests, so that their summary stays the closing line; a crash fails the run.
 fuzz_rc=0
@@ -38,6 +44,8 @@ trap 'rm -f "$out"' EXIT
 set +e
 cargo test --workspace --all-targets "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
+UVFS_DAEMON=$release cargo test --test e2e_guest --test e2e_nodes "$@" 2>&1 | tee -a "$out"
+[ "$rc" -ne 0 ] || rc=${PIPESTATUS[0]}
 set -e
 sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
     awk '{p += $1; f += $2} END {printf "%d passed, %d failed\n", p, f}'

@@ -132,14 +132,15 @@ pub fn daemon_path() -> PathBuf {
     daemon_binary()
 }
 
-/// The daemon binary: cargo's for integration tests, else `$UVFS_DAEMON` (examples, benchmarks).
+/// The daemon binary: `$UVFS_DAEMON` when set (examples, benchmarks, and scripts/test.sh's run
+/// of guest tests against the release build), else cargo's for integration tests.
 fn daemon_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("UVFS_DAEMON") {
+        return PathBuf::from(path);
+    }
     match option_env!("CARGO_BIN_EXE_union-virtiofsd") {
         Some(path) => PathBuf::from(path),
-        None => PathBuf::from(
-            std::env::var_os("UVFS_DAEMON")
-                .expect("set UVFS_DAEMON to the union-virtiofsd binary (outside cargo's tests)"),
-        ),
+        None => panic!("set UVFS_DAEMON to the union-virtiofsd binary (outside cargo's tests)"),
     }
 }
 
