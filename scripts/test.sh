@@ -45,7 +45,8 @@ set +e
 cargo test --workspace --all-targets "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 UVFS_DAEMON=$release cargo test --test e2e_guest --test e2e_nodes "$@" 2>&1 | tee -a "$out"
-[ "$rc" -ne 0 ] || rc=${PIPESTATUS[0]}
+release_rc=${PIPESTATUS[0]}
+[ "$rc" -ne 0 ] || rc=$release_rc
 set -e
 sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
     awk '{p += $1; f += $2} END {printf "%d passed, %d failed\n", p, f}'
