@@ -8,7 +8,7 @@
 #
 #   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
 #                          [--fio-only | --buffered] [--writeback] [--kernel-suite SUITE]
-#                          [--same-guest [--boots B]] [-- extra daemon args]
+#                          [--same-guest [--boots B] [--phases]] [-- extra daemon args]
 #
 # --same-guest: one boot for all runs with both daemons side by side in it (two virtio-fs
 # devices, each daemon serving its own tmpfs; virtiofsd's share is mounted on /mnt2) and the
@@ -17,6 +17,10 @@
 # after the last round). The guest, its kernel's state and the host's load are then the same
 # for both daemons, where separate boots differ from boot to boot. --boots B repeats that boot
 # B times (default 1): every row is then the median over all boots (and rounds), memory too.
+# --phases also counts the guest memory each daemon has mapped (KiB, its shared pages as in the
+# session-shmem row) before the rounds and after each part of the scenario (the fio
+# rows, the metadata rows, the tree), the guest waiting while the host reads both daemons, and
+# prints what each part added to the daemon that ran it (also in OUT/phases.txt).
 #
 # --buffered runs the buffered-write rows instead (the writeback cache's: 25,000 dd writes of
 # 4 KiB then sync, 1,600 of 64 KiB then sync, in MB/s; the source tree untarred then synced
@@ -43,7 +47,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
-buffered=0 wb=() same_guest=0 boots=1
+buffered=0 wb=() same_guest=0 boots=1 phases=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -56,6 +60,7 @@ while [ $# -gt 0 ]; do
     --kernel-suite) suite=$2; shift 2 ;;
     --same-guest) same_guest=1; shift ;;
     --boots) boots=$2; shift 2 ;;
+    --phases) phases=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
@@ -138,6 +143,7 @@ fio_row rand-write-4k 4k randwrite
 fio_row rand-read-4k-x4 4k randread 4
 fio_row rand-write-4k-x4 4k randwrite 4
 rm -f $M/fio.dat
+phase fio
 [ "$FIO_ONLY" = 0 ] || exit 0
 # ops/s of a timed shell step over N items.
 rate() { awk "BEGIN {printf \"%.1f\", $2 / ($4 - $3)}" ; }
@@ -151,6 +157,7 @@ echo "RESULT readdir-5000 $(rate x 15000 $t0 $t1)"
 t0=$(now); i=0; while [ $i -lt 5000 ]; do rm f$i; i=$((i+1)); done; t1=$(now)
 echo "RESULT unlink-5000 $(rate x 5000 $t0 $t1)"
 cd $M && rmdir $M/m
+phase meta
 files=$(tar -tf /opt/bench/tree.tar | wc -l)
 t0=$(now); mkdir src && tar -C src -xf /opt/bench/tree.tar; t1=$(now)
 echo "RESULT tree-untar $(rate x $files $t0 $t1)"
@@ -160,11 +167,13 @@ t0=$(now); grep -r -l EINVAL src | wc -l >/dev/null; t1=$(now)
 echo "RESULT tree-grep $(rate x $files $t0 $t1)"
 t0=$(now); rm -rf src; t1=$(now)
 echo "RESULT tree-rm $(rate x $files $t0 $t1)"
+phase tree
 EOF
 fi
 # The memory sample after the session: the scenario asks for it and waits (up to 60 s) until
 # the host has read the daemon's memory and created .measured in the shared directory.
 cat >"$scenario.full" <<'EOF'
+phase() { :; }
 measure() {
     echo "=== MEASURE ==="
     i=0
@@ -265,6 +274,20 @@ same_guest_scenario() {
     local i who m
     cat "$scenario"
     echo 'mkdir -p /mnt2 && mount -t virtiofs theirs /mnt2 || { echo "=== MOUNT FAILED theirs"; exit 1; }'
+    if [ "$phases" = 1 ]; then
+        # phase NAME: tell the host (see phase_watcher; on stderr, which goes to the console
+        # at once, where the body's stdout goes through sed's buffer) and wait (up to 60 s)
+        # until it has read both daemons' guest memory and created .phase-WHO-NAME-ROUND on
+        # virtiofsd's share (which lets the guest cache no missing name).
+        cat <<'EOF'
+phase() {
+    echo "=== PHASE $WHO $1 $ROUND ===" >&2
+    i=0
+    while [ ! -e "/mnt2/.phase-$WHO-$1-$ROUND" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+}
+WHO=none ROUND=0 phase start
+EOF
+    fi
     echo 'body() {'
     cat "$out/body.sh"
     echo '}'
@@ -272,8 +295,28 @@ same_guest_scenario() {
         for who in $(round_order "$i"); do
             m=/mnt; [ "$who" = theirs ] && m=/mnt2
             echo "echo 'round $i: $who'"
-            echo "(cd $m && M=$m body) | sed 's/^RESULT /RESULT $who /'"
+            echo "(cd $m && M=$m WHO=$who ROUND=$i body) | sed 's/^RESULT /RESULT $who /'"
         done
+    done
+}
+
+# phase_watcher BOOT CONSOLE: for each "=== PHASE WHO NAME ROUND" line the guest prints, one
+# "BOOT WHO NAME ROUND OURS_KIB THEIRS_KIB" line in OUT/phases.raw (the guest memory each daemon
+# has mapped: its shared pages, mem_tree's RssShmem), then the file the guest waits for; ends
+# with this daemon.
+phase_watcher() {
+    local boot=$1 console=$2 seen=0 lines n
+    while kill -0 "${SIDE_DAEMONS[0]}" 2>/dev/null; do
+        lines=$(tr -d '\r' <"$console" 2>/dev/null | grep -a '^=== PHASE ' || true)
+        n=$(printf '%s' "$lines" | grep -c '^' || true)
+        while [ "$seen" -lt "$n" ]; do
+            seen=$((seen + 1))
+            set -- $(printf '%s\n' "$lines" | sed -n "${seen}p")
+            echo "$boot $3 $4 $5 $(mem_tree "${SIDE_DAEMONS[0]}" | cut -d' ' -f4)" \
+                "$(mem_tree "${SIDE_DAEMONS[1]}" | cut -d' ' -f4)" >>"$out/phases.raw"
+            touch "${SIDE_DIRS[1]}/.phase-$3-$4-$5"
+        done
+        sleep 0.1
     done
 }
 
@@ -301,11 +344,17 @@ run_same() {
         touch "${SIDE_DIRS[0]}/.measured"
     ) &
     watcher=$!
+    local phaser=""
+    if [ "$phases" = 1 ]; then
+        phase_watcher "$1" "$console" &
+        phaser=$!
+    fi
     same_guest_scenario "$1" >"$out/same-guest.sh"
     side_by_side_guest --kernel "$kernel" --initrd "$initrd" --extra-initrd "$bench_cpio" \
         --script "$out/same-guest.sh" >"$console" 2>&1 || true
     wait "$watcher" 2>/dev/null || true
     side_by_side_stop
+    [ -z "$phaser" ] || wait "$phaser" 2>/dev/null || true
     grep -a '^RESULT ' "$console" | tr -d '\r' | sed 's/^RESULT //' >>"$results"
     i=0
     for who in ours theirs; do
@@ -320,6 +369,10 @@ results="$out/results.txt"
 : >"$results"
 qargs=()
 [ "$queues" -gt 1 ] && qargs=(--num-request-queues "$queues")
+if [ "$phases" = 1 ] && { [ "$same_guest" = 0 ] || [ "$buffered" = 1 ]; }; then
+    die "--phases: with --same-guest, not --buffered"
+fi
+rm -f "$out/phases.raw"
 if [ "$same_guest" = 1 ]; then
     [ "$versus" = virtiofsd ] && [ "$queues" = 1 ] || die "--same-guest: one queue, versus virtiofsd"
     for b in $(seq "$boots"); do
@@ -356,3 +409,14 @@ set arrow from graph 0, first 1.1 to graph 1, first 1.1 nohead dt 2
 plot "$out/ratios.dat" using 2:xtic(1) title "ratio (dashed: 1.10)"
 EOF
 log "table: $out/bench-guest.md, plot: $out/bench-guest.png"
+if [ "$phases" = 1 ]; then
+    # Each line's count for the daemon that ran the part, less its count at the line before.
+    awk 'BEGIN {
+             print "| boot | round | ran | part | ours: guest KiB | virtiofsd: guest KiB | added |"
+             print "|---|---|---|---|---:|---:|---:|"
+         }
+         $1 != b { b = $1; o = 0; t = 0 }
+         { add = $2 == "ours" ? $5 - o : $2 == "theirs" ? $6 - t : ""
+           printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $4, $2, $3, $5, $6, add
+           o = $5; t = $6 }' "$out/phases.raw" | tee "$out/phases.txt"
+fi
