@@ -45,8 +45,6 @@ apt_update_once() {
     fi
 }
 
-# copy_libs DEST PROG...: copies the shared libraries PROG... load (ldd) into DEST, at the same
-# paths, for a guest archive.
 # cargo_out PROFILE: the directory of this workspace's PROFILE (debug, release) binaries and
 # examples. .cargo/config.toml names the host's target (for the static link), so cargo puts
 # them under target/<triple>/ (or $CARGO_TARGET_DIR/<triple>/).
@@ -54,6 +52,8 @@ cargo_out() {
     echo "${CARGO_TARGET_DIR:-$UVFS_ROOT/target}/$(rustc -vV | sed -n 's/^host: //p')/$1"
 }
 
+# copy_libs DEST PROG...: copies the shared libraries PROG... load (ldd) into DEST, at the same
+# paths, for a guest archive.
 copy_libs() {
     local dest=$1 lib
     shift

@@ -28,9 +28,7 @@ timed scripts/build-debian-base.sh >/dev/null
 # The release build as it ships (static, whole-program LTO; the tests below build without LTO):
 # linked as it should be, then the guest tests of the union and of file-handle nodes again
 # against it (tests/support/guest.rs runs $UVFS_DAEMON).
-t0=$SECONDS
-release=$(scripts/check-static.sh)
-log "check-static.sh: $((SECONDS - t0)) s"
+release=$(timed scripts/check-static.sh)
 # A short fixed-seed pass of each fuzz target (its nightly build cached in .cache/fuzz/build).
 # Before the tests, so that their summary stays the closing line; a crash fails the run.
 fuzz_rc=0
