@@ -228,6 +228,12 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = crate::vhost::DEFAULT_MAX_WRITE)]
     pub max_write: u32,
 
+    /// How often, in seconds, while requests flow, the daemon drops its mappings of the guest
+    /// memory it has touched (0.01..=3600): the pages stay the guest's, but no longer count in
+    /// the daemon's RSS nor fill its page tables; 0 keeps them mapped, as virtiofsd does.
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = release_interval)]
+    pub release_guest_memory: std::time::Duration,
+
     /// Number of request queues offered to the guest (besides the high-priority queue).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub num_request_queues: u32,
@@ -622,4 +628,13 @@ impl CtlQuery {
             CtlQuery::Allpaths => "allpaths",
         }
     }
+}
+
+/// `--release-guest-memory`: 0, or seconds in 0.01..=3600.
+fn release_interval(v: &str) -> Result<std::time::Duration, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| *s == 0.0 || (0.01..=3600.0).contains(s))
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| "expected 0 or a number of seconds in 0.01..=3600".to_owned())
 }

@@ -286,6 +286,7 @@ impl TryFrom<Args> for Config {
                 socket_group,
                 allow_mmap: args.allow_mmap,
                 migration,
+                release_guest_memory: args.release_guest_memory,
                 upgrade: match (&args.upgrade, &listen2) {
                     (None, _) => None,
                     (Some(p), Listen::Path(_)) => Some(p.clone()),

@@ -65,7 +65,10 @@ impl Default for VirtioFsConfig {
 pub struct FsBackend<F: FileSystem + Send + Sync> {
     dispatcher: Arc<Dispatcher<F>>,
     num_request_queues: u16,
-    mem: RwLock<Option<GuestMem>>,
+    /// Shared with `release`.
+    mem: Arc<RwLock<Option<GuestMem>>>,
+    /// `--release-guest-memory`, unless zero.
+    release: Option<super::release::Release>,
     event_idx: AtomicBool,
     pool: Option<Arc<Pool>>,
     /// Threads of their own for requests that may wait without bound (SETLKW).
@@ -106,7 +109,8 @@ where
         Ok(FsBackend {
             dispatcher: Arc::new(dispatcher.helpers(pool.clone())),
             num_request_queues: num_request_queues.max(1),
-            mem: RwLock::new(None),
+            mem: Arc::default(),
+            release: None,
             event_idx: AtomicBool::new(false),
             pool,
             waiting: WaitThreads::default(),
@@ -256,6 +260,14 @@ where
     /// a thread hand-off would cost more than the request itself; costly ones (the opcode
     /// table's cost, decided in [`super::dispatch::Dispatcher::serve_or_defer`]) on a worker
     /// when there is a pool and another request waits behind them, here when none does.
+    /// Drops the daemon's mappings of guest memory every `interval` while requests flow
+    /// (none if zero).
+    pub fn release_guest_memory(mut self, interval: std::time::Duration) -> Self {
+        self.release =
+            (!interval.is_zero()).then(|| super::release::Release::new(interval, self.mem.clone()));
+        self
+    }
+
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         let pop = || {
@@ -269,6 +281,9 @@ where
                 size: state.get_queue().size(),
             };
             let chain = state.get_queue_mut().pop_descriptor_chain(mem.memory())?;
+            if let Some(release) = &self.release {
+                release.note();
+            }
             // In flight from the moment it leaves the ring (a chain popped ahead of its turn
             // included), so that a pause never finds the queue idle with a request in hand.
             vring.flight().begin();

@@ -13,6 +13,7 @@ mod meta_tests;
 mod opcode;
 mod own;
 mod pool;
+mod release;
 mod reply;
 mod split;
 mod state;
@@ -79,6 +80,9 @@ pub struct DaemonConfig {
     pub migration: Migration,
     /// `--upgrade PIDFILE`: take the session over from the daemon running on this socket.
     pub upgrade: Option<PathBuf>,
+    /// `--release-guest-memory`: how often, while requests flow, the daemon drops its
+    /// mappings of the guest memory it touched; zero keeps them.
+    pub release_guest_memory: std::time::Duration,
 }
 
 /// How the session moves to another daemon (migration, snapshots): how the source describes
@@ -346,7 +350,8 @@ impl Bound {
             cfg.tag.clone(),
             cfg.migration,
         )
-        .map_err(Error::StartWorkers)?;
+        .map_err(Error::StartWorkers)?
+        .release_guest_memory(cfg.release_guest_memory);
         Ok(Daemon {
             backend: Arc::new(backend),
             fs,
