@@ -84,6 +84,27 @@ fn bad_command_lines_exit_2_with_one_error_line() {
                 sock,
                 "--branch",
                 dir,
+                "--release-guest-memory",
+                "0.001",
+            ],
+            "--release-guest-memory",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
+                "--release-guest-memory=-1",
+            ],
+            "--release-guest-memory",
+        ),
+        (
+            &[
+                "--socket-path",
+                sock,
+                "--branch",
+                dir,
                 "--config",
                 "/no/such/file",
             ],

@@ -74,11 +74,7 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mem.sock");
     let script = dir.path().join("scenario.sh");
-    fs::write(
-        &script,
-        format!("{}\n{}", guest::PRELUDE, scenario(racing)),
-    )
-    .unwrap();
+    fs::write(&script, format!("{}\n{}", guest::PRELUDE, scenario(racing))).unwrap();
     let mut args = vec!["-o", "minfreespace=0"];
     args.extend_from_slice(extra);
     let backend = Backend::union(&[(branch.path(), Mode::Rw)], &args).at_info();

@@ -77,7 +77,8 @@ mod tests {
         file.set_len(16 * 4096).unwrap();
         let region =
             MmapRegion::<AtomicBitmap>::from_file(FileOffset::new(file, 0), 16 * 4096).unwrap();
-        // SAFETY (test): the region is ours, 16 pages long, and nothing else uses it.
+        // SAFETY: the region is ours, 16 pages long, mapped while it lives, and nothing else
+        // uses it.
         let bytes = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.size()) };
         for (i, b) in bytes.iter_mut().enumerate() {
             *b = (i / 4096) as u8 + 1;
@@ -86,13 +87,16 @@ mod tests {
         assert!(unmap_shared_pages(&region).unwrap());
         assert!(!present(&bytes[5 * 4096]), "the page is still mapped");
         assert!((0..16).all(|p| bytes[p * 4096 + 7] == p as u8 + 1));
-        assert!(present(&bytes[5 * 4096]), "reading did not map the page again");
+        assert!(
+            present(&bytes[5 * 4096]),
+            "reading did not map the page again"
+        );
     }
 
     #[test]
     fn private_pages_are_left_alone() {
         let region = MmapRegion::<AtomicBitmap>::new(4 * 4096).unwrap();
-        // SAFETY (test): as above, 4 pages.
+        // SAFETY: as above, 4 pages.
         let bytes = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.size()) };
         bytes.fill(9);
         assert!(!unmap_shared_pages(&region).unwrap());

@@ -256,10 +256,6 @@ where
         }
     }
 
-    /// Pops every available chain of `vring` and serves it: cheap requests right here, where
-    /// a thread hand-off would cost more than the request itself; costly ones (the opcode
-    /// table's cost, decided in [`super::dispatch::Dispatcher::serve_or_defer`]) on a worker
-    /// when there is a pool and another request waits behind them, here when none does.
     /// Drops the daemon's mappings of guest memory every `interval` while requests flow
     /// (none if zero).
     pub fn release_guest_memory(mut self, interval: std::time::Duration) -> Self {
@@ -268,6 +264,10 @@ where
         self
     }
 
+    /// Pops every available chain of `vring` and serves it: cheap requests right here, where
+    /// a thread hand-off would cost more than the request itself; costly ones (the opcode
+    /// table's cost, decided in [`super::dispatch::Dispatcher::serve_or_defer`]) on a worker
+    /// when there is a pool and another request waits behind them, here when none does.
     fn drain(&self, vring: &Vring, mem: &GuestMem) -> io::Result<()> {
         let event_idx = self.event_idx.load(Ordering::Acquire);
         let pop = || {
