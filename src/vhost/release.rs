@@ -138,7 +138,7 @@ impl Shared {
                 }
             }
         }
-        debug!("released the mappings of {pages} pages of guest memory");
+        debug!("dropped the mappings of guest memory (regions of {pages} pages in all)");
         true
     }
 }
