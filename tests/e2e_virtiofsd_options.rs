@@ -12,6 +12,10 @@
 //! and its own mount there (`--announce-submounts`, the default), or shares the share's with
 //! `--no-announce-submounts`; (st_dev, st_ino) stays unique either way.
 //!
+//! `--cache always`: the guest keeps directory listings across opens (FOPEN_CACHE_DIR, as
+//! virtiofsd sets it), so listing a directory again reads nothing from the daemon, and the
+//! guest's own changes to it still show in its next listing.
+//!
 //! xattrs on a symlink answer as on the guest's own tmpfs (xfstests generic/062's case): a
 //! `user.*` name reads as absent (ENODATA) and cannot be set (EPERM), and the list is the
 //! same.
@@ -336,4 +340,92 @@ fn virtiofsd_writeback_does_the_same() {
         ],
     ));
     assert_host(a.path());
+}
+
+/// Lists a 300-file directory five times, then changes it from the guest: each change must
+/// show in the next listing.
+const LISTINGS: &str = r#"
+for i in 1 2 3 4 5; do expect_eq "$(ls /mnt/d | wc -l)" 300 "listing $i"; done
+touch /mnt/d/new
+expect_eq "$(ls /mnt/d | wc -l)" 301 "after the guest's create"
+rm /mnt/d/f7
+expect_eq "$(ls /mnt/d | grep -c '^f7$' || true)" 0 "after the guest's unlink"
+expect_eq "$(ls /mnt/d | wc -l)" 300 "after the guest's unlink"
+"#;
+
+/// READDIR (28) and READDIRPLUS (44) requests in a debug log (ours, or virtiofsd's).
+fn listings(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            [
+                " opcode=28 ",
+                " opcode=44 ",
+                "opcode=Readdir (28)",
+                "opcode=Readdirplus (44)",
+            ]
+            .iter()
+            .any(|op| l.contains(op))
+        })
+        .count()
+}
+
+/// Runs [`LISTINGS`] against `backend` over `dir` (filled with the 300 files first); the
+/// directory-reading requests it took.
+fn list_five_times(backend: &Backend, dir: &Path) -> usize {
+    std::fs::create_dir(dir.join("d")).unwrap();
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("d/f{i}")), b"").unwrap();
+    }
+    let run = guest::run_scenario(backend, &Guest::default(), LISTINGS);
+    run.assert_success();
+    listings(&run.daemon_log)
+}
+
+#[test]
+fn cache_always_keeps_directory_listings_as_virtiofsd_does() {
+    let a = Tmpfs::new("16M");
+    let cached = list_five_times(
+        &Backend::union(
+            &[(a.path(), Mode::Rw)],
+            &["-o", "minfreespace=0", "--cache", "always"],
+        ),
+        a.path(),
+    );
+    let b = Tmpfs::new("16M");
+    let uncached = list_five_times(
+        &Backend::union(&[(b.path(), Mode::Rw)], &["-o", "minfreespace=0"]),
+        b.path(),
+    );
+    let c = Tmpfs::new("16M");
+    let dir = c.path().to_str().unwrap().to_owned();
+    let theirs = list_five_times(
+        &Backend::command(
+            guest::virtiofsd_binary(),
+            &[
+                "--socket-path",
+                "{socket}",
+                "--shared-dir",
+                &dir,
+                "--cache",
+                "always",
+                "--log-level",
+                "debug",
+            ],
+        ),
+        c.path(),
+    );
+    println!(
+        "directory reads: {cached} with --cache always, {uncached} with the default, \
+         virtiofsd --cache always {theirs}"
+    );
+    // Each listing of 300 names is at least two requests (one page of entries holds fewer).
+    assert!(uncached >= 5 * 2 + 2, "{uncached} reads without caching");
+    assert!(
+        cached * 2 < uncached,
+        "{cached} reads with --cache always, {uncached} without"
+    );
+    assert!(
+        theirs * 2 < uncached,
+        "the oracle: virtiofsd read {theirs} times, this daemon uncached {uncached}"
+    );
 }

@@ -379,11 +379,13 @@ fn apply_virtiofsd(
         None | Some(CachePolicy::Auto) => {}
         Some(CachePolicy::Always) => {
             s.apply("cache.files", "full")?;
+            s.apply("cache.readdir", "true")?;
             s.apply("cache.attr", DAY)?;
             s.apply("cache.entry", DAY)?;
         }
         Some(CachePolicy::Metadata) => {
             s.apply("cache.files", "off")?;
+            s.apply("cache.readdir", "true")?;
             s.apply("cache.attr", DAY)?;
             s.apply("cache.entry", DAY)?;
         }
@@ -764,6 +766,19 @@ mod tests {
         assert_eq!(c.confinement.sandbox, SandboxMode::None);
         assert_eq!(c.log_level, LevelFilter::Debug);
         assert!(with(&[]).unwrap().fs.opts.readdirplus);
+        // Directory listings stay cached with always and metadata, as virtiofsd's; mergerfs's
+        // key sets the same.
+        assert!(!c.fs.opts.cache_readdir && !with(&[]).unwrap().fs.opts.cache_readdir);
+        for cache in ["--cache=always", "--cache=metadata"] {
+            assert!(with(&[cache]).unwrap().fs.opts.cache_readdir, "{cache}");
+        }
+        assert!(
+            with(&["-o", "cache.readdir=true"])
+                .unwrap()
+                .fs
+                .opts
+                .cache_readdir
+        );
         // --modcaps is typed, from the flag or the legacy key.
         let c = with(&["--modcaps=+sys_admin:-CHOWN"]).unwrap();
         let m = c.confinement.modcaps.unwrap();

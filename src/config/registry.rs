@@ -174,6 +174,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         "full" => CacheFiles::Full,
         "auto-full" => CacheFiles::AutoFull,
     }) },
+    OptionSpec { name: "cache.readdir", help: "true|false: the guest caches directory listings across opens (FOPEN_CACHE_DIR; default false, true with --cache always|metadata)", set: |s, v| {
+        s.opts.cache_readdir = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "direct-io", help: "true|false: bypass the guest page cache (FOPEN_DIRECT_IO)", set: |s, v| {
         s.opts.direct_io = boolean(v)?;
         Ok(())
@@ -288,7 +292,6 @@ pub static NOT_APPLICABLE: &[&str] = &[
     "nonempty",
     "atomic-o-trunc",
     "big-writes",
-    "cache.readdir",
     "cache.statfs",
     "cache.symlinks",
     "fuse-msg-size",

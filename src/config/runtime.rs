@@ -68,6 +68,7 @@ keys! {
     "cache.entry", true, |o| secs(o.cache_entry);
     "cache.files", true, |o| kebab(o.cache_files);
     "cache.negative_entry", true, |o| secs(o.cache_negative_entry);
+    "cache.readdir", true, |o| o.cache_readdir.to_string();
     "cache.writeback", false, |o| o.writeback.to_string();
     "category.action", true, |o| category(o, Category::Action);
     "category.create", true, |o| category(o, Category::Create);
@@ -102,7 +103,6 @@ keys! {
     // that describes this daemon (accepted and ignored in -o and --config).
     "async_read", false, |_o| "true".into();
     "auto_cache", false, |_o| "false".into();
-    "cache.readdir", false, |_o| "false".into();
     "cache.statfs", false, |_o| "0".into();
     "cache.symlinks", false, |_o| "false".into();
     "fsname", false, |_o| "union-virtiofsd".into();

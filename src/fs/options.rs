@@ -305,6 +305,10 @@ pub struct UnionOptions {
     pub cache_files: CacheFiles,
     /// Force FOPEN_DIRECT_IO (mergerfs's `direct_io`).
     pub direct_io: bool,
+    /// The guest caches directory listings across opens (mergerfs's `cache.readdir`:
+    /// FOPEN_CACHE_DIR and FOPEN_KEEP_CACHE on every directory; virtiofsd's `--cache
+    /// always|metadata`).
+    pub cache_readdir: bool,
     /// Attribute cache timeout.
     pub cache_attr: Duration,
     /// Entry cache timeout.
@@ -400,6 +404,7 @@ impl Default for UnionOptions {
             xattrmap: None,
             nullrw: false,
             cache_files: CacheFiles::Libfuse,
+            cache_readdir: false,
             direct_io: false,
             cache_attr: Duration::from_secs(1),
             cache_entry: Duration::from_secs(1),

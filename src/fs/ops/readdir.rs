@@ -30,7 +30,14 @@ pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions
         inode,
         snapshot: Default::default(),
     }))?;
-    Ok((Some(fh), OpenOptions::empty()))
+    // As mergerfs's `cache.readdir`: the listing the guest cached stays across opens, until
+    // the guest changes the directory itself or sees its mtime change.
+    let cached = if fs.view().opts.cache_readdir {
+        OpenOptions::CACHE_DIR | OpenOptions::KEEP_CACHE
+    } else {
+        OpenOptions::empty()
+    };
+    Ok((Some(fh), cached))
 }
 
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
