@@ -53,16 +53,6 @@ echo "DATA INTACT"
     )
 }
 
-/// The serving process's RssShmem (KiB).
-fn shmem_kib(pid: u32) -> u64 {
-    proc::status_field(pid, "RssShmem")
-        .trim()
-        .trim_end_matches(" kB")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Boots a guest against our daemon with `extra` arguments, runs the scenario and, once the
 /// guest has copied, calls `look` with the serving process's RssShmem (KiB) and the time since
 /// the copies, until it returns Some (or for 20 s); returns what it returned (else the last
@@ -92,13 +82,7 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
         &console,
     );
     reaper.0.push(qemu);
-    let transcript = || {
-        format!(
-            "----- console -----\n{}\n----- daemon -----\n{}",
-            guest::read_lossy(&console),
-            guest::read_lossy(&daemon_log)
-        )
-    };
+    let transcript = || guest::live_transcript(&console, &daemon_log);
     let deadline = Instant::now() + guest.timeout;
     while !branch.path().join(".written").exists() {
         assert!(
@@ -111,7 +95,7 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
     // The release runs on its own clock: look until `look` is satisfied, for up to 20 s.
     let copied = Instant::now();
     let seen = loop {
-        let kib = shmem_kib(serving);
+        let kib = proc::status_kib(serving, "RssShmem");
         if let Some(v) = look(kib, copied.elapsed()) {
             break v;
         }

@@ -90,12 +90,7 @@ fn sample(pid: u32, branch: &Path, boot: u32) -> Sample {
     // RssAnon: the daemon's own memory. VmRSS also counts the pages of guest memory (a
     // shared memfd) the daemon has touched, which grow with whatever pages the guest's
     // kernel uses for its requests, up to the guest's RAM.
-    let rss_kib = proc::status_field(pid, "RssAnon")
-        .trim()
-        .trim_end_matches(" kB")
-        .trim()
-        .parse()
-        .unwrap();
+    let rss_kib = proc::status_kib(pid, "RssAnon");
     Sample {
         boot,
         fds,

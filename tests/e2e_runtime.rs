@@ -199,13 +199,7 @@ fn branches_change_while_the_guest_writes() {
     let daemon_log = dir.path().join("daemon.log");
     let console = dir.path().join("console.log");
     let mut reaper = Reaper(vec![guest::spawn_backend(&backend, &socket, &daemon_log)]);
-    let transcript = || {
-        format!(
-            "----- console -----\n{}\n----- daemon -----\n{}",
-            guest::read_lossy(&console),
-            guest::read_lossy(&daemon_log)
-        )
-    };
+    let transcript = || guest::live_transcript(&console, &daemon_log);
     wait_ctl_socket(&socket);
     // The options parsed, and read back by their mergerfs names.
     for (key, want) in [

@@ -631,6 +631,16 @@ pub fn qemu_command(guest: &Guest, socket: &Path, script: &Path, tmp: &Path) -> 
     qemu
 }
 
+/// A run still going (or stopped by hand), as [`GuestRun::transcript`] shows a finished one: the
+/// console so far and the end of the daemon's log.
+pub fn live_transcript(console: &Path, daemon_log: &Path) -> String {
+    format!(
+        "----- console -----\n{}\n----- daemon log (last 200 lines) -----\n{}\n-----",
+        read_lossy(console),
+        tail(&read_lossy(daemon_log), 200)
+    )
+}
+
 /// A log file's contents, invalid UTF-8 replaced; empty if it cannot be read.
 pub fn read_lossy(path: &Path) -> String {
     String::from_utf8_lossy(&fs::read(path).unwrap_or_default()).into_owned()

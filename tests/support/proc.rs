@@ -55,6 +55,16 @@ pub fn sandboxed_child(parent: u32) -> u32 {
     }
 }
 
+/// A size field of /proc/PID/status (`RssAnon`, `RssShmem`, …) in KiB.
+pub fn status_kib(pid: u32, name: &str) -> u64 {
+    let v = status_field(pid, name);
+    v.trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} in /proc/{pid}/status is not a size: {v}"))
+}
+
 /// The value of field `name` (e.g. `CapEff`) in /proc/PID/status.
 pub fn status_field(pid: u32, name: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
