@@ -42,14 +42,27 @@ pub fn claim_pid_file(file: &File, pid: u32) -> io::Result<()> {
     file.write_all_at(format!("{pid}\n").as_bytes(), 0)
 }
 
-/// Listens on the unix socket `path`, replacing a stale one; `mode` for its permissions.
+/// Listens on the unix socket `path`, replacing a stale one; `mode` for its permissions. The
+/// socket file never has more than `mode` (the socket's own mode, set before `bind`, is what
+/// `bind` creates the file with, less the umask; the exact mode follows): no one outside it
+/// can connect in between, whatever the umask.
 pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     let _ = std::fs::remove_file(path);
-    let l = std::os::unix::net::UnixListener::bind(path)?;
-    if let Some(mode) = mode {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    Ok(l)
+    let Some(mode) = mode else {
+        return std::os::unix::net::UnixListener::bind(path);
+    };
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode))?;
+    rustix::net::bind(&fd, &SocketAddrUnix::new(path)?)?;
+    rustix::net::listen(&fd, 128)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(fd.into())
 }
 
 /// A unix socket bound under a temporary name beside its final path, until [`Staged::publish`]
