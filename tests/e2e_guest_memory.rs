@@ -77,11 +77,13 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
         ..Guest::default()
     };
     let console = dir.path().join("console.log");
-    let qemu = guest::spawn_logged(
-        &mut guest::qemu_command(&guest, &socket, &script, dir.path()),
+    reaper.0.push(guest::spawn_guest(
+        &guest,
+        &socket,
+        &script,
+        dir.path(),
         &console,
-    );
-    reaper.0.push(qemu);
+    ));
     let transcript = || guest::live_transcript(&console, &daemon_log);
     let deadline = Instant::now() + guest.timeout;
     while !branch.path().join(".written").exists() {

@@ -121,11 +121,13 @@ fn one_daemon_serves_a_hundred_resets_and_returns_to_its_baseline() {
         ..Guest::default()
     };
     let console = dir.path().join("console.log");
-    let qemu = guest::spawn_logged(
-        &mut guest::qemu_command(&guest, &socket, &script, dir.path()),
+    reaper.0.push(guest::spawn_guest(
+        &guest,
+        &socket,
+        &script,
+        dir.path(),
         &console,
-    );
-    reaper.0.push(qemu);
+    ));
     let transcript = || {
         format!(
             "----- console (last 60 lines) -----\n{}\n----- daemon -----\n{}",

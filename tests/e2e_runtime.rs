@@ -217,11 +217,13 @@ fn branches_change_while_the_guest_writes() {
         ..Guest::default()
     };
     let start = Instant::now();
-    let qemu = guest::spawn_logged(
-        &mut guest::qemu_command(&guest, &socket, &script, dir.path()),
+    reaper.0.push(guest::spawn_guest(
+        &guest,
+        &socket,
+        &script,
+        dir.path(),
         &console,
-    );
-    reaper.0.push(qemu);
+    ));
     let mut steps: Vec<String> = Vec::new();
     let mut note = |what: String| {
         println!("[{:6.1}s] {what}", start.elapsed().as_secs_f64());

@@ -125,11 +125,13 @@ impl Setup {
         let first = guest::spawn_backend(&self.backend(&self.share), &self.socket, &self.log("d0"));
         let mut reaper = Reaper(vec![first]);
         let console = self.logs.join("console.log");
-        let qemu = guest::spawn_logged(
-            &mut guest::qemu_command(&guest, &self.socket, &script, &self.tmp),
+        reaper.0.push(guest::spawn_guest(
+            &guest,
+            &self.socket,
+            &script,
+            &self.tmp,
             &console,
-        );
-        reaper.0.push(qemu);
+        ));
         (guest, reaper, console)
     }
 

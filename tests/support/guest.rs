@@ -589,6 +589,19 @@ pub fn spawn_backend(backend: &Backend, socket: &Path, log: &Path) -> Child {
     child
 }
 
+/// Boots `guest` against the backend on `socket` with the scenario file `script` (temporary
+/// files in `tmp`), its console going to `console`: for tests that act on the host while the
+/// guest runs.
+pub fn spawn_guest(
+    guest: &Guest,
+    socket: &Path,
+    script: &Path,
+    tmp: &Path,
+    console: &Path,
+) -> Child {
+    spawn_logged(&mut qemu_command(guest, socket, script, tmp), console)
+}
+
 /// The qemu/run-guest.sh command line that boots `guest` against the backend on `socket` with
 /// the scenario file `script`; temporary files go to `tmp`. Callers may append more
 /// run-guest.sh options (e.g. `--qmp`, `--incoming`).
