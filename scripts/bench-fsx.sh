@@ -9,7 +9,9 @@
 # fadvise, copy_file_range too). One guest boot per mix and daemon, alternating the two
 # daemons for N runs; prints the medians: fsx's run time in the guest (seconds) and the
 # daemon's CPU seconds for the boot (GNU time: user + system, the sandboxed child included),
-# and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner).
+# and the ratio (virtiofsd / ours, so above 1 is ours faster or leaner), with the runs each
+# row had ours ahead; then each run's ratio, their geometric mean and its standard error
+# (OUT/runs.md).
 #
 #   scripts/bench-fsx.sh [--runs N] [--ops N] [--out DIR] [--xattr] [--same-guest]
 #                        [--mixes default,all,OP,...] [--count-requests]
@@ -173,15 +175,6 @@ for i in $(seq "$runs"); do
     done
 done
 
-# opcodes LOG: "opcode count" lines from a daemon's debug log (this daemon's dispatcher logs
-# "unique=N opcode=N", virtiofsd's server "Received [unknown ]request: opcode=Name (N)" or
-# "opcode=N").
-opcodes() {
-    sed -nE 's/.*dispatch\] unique=[0-9]+ opcode=([0-9]+).*/\1/p;
-             s/.*Received (unknown )?request: opcode=([A-Za-z]+ \()?([0-9]+).*/\3/p' "$1" |
-        sort -n | uniq -c | awk '{print $2, $1}'
-}
-
 if [ "$count_requests" = 1 ]; then
     counts="$out/requests.txt"
     : >"$counts"
@@ -211,4 +204,5 @@ fi
 
 # Medians; every row is seconds, so the ratio is virtiofsd's / ours (above 1: ours ahead).
 median_table union-virtiofsd "virtiofsd 1.14" . "$results" 2>/dev/null | tee "$out/bench-fsx.md"
+run_ratios . "$results" | tee "$out/runs.md"
 log "table: $out/bench-fsx.md"

@@ -3,11 +3,13 @@
 # union-virtiofsd (release build) and against virtiofsd 1.14 (cargo install'ed into
 # .cache/tools if absent), each serving a fresh tmpfs, alternating the two for N runs, and
 # prints one table of medians and ratios (ours / virtiofsd; higher is better for us on every
-# row: throughput rows are MB/s or ops/s, time rows are inverted). Writes the table to
+# row: throughput rows are MB/s or ops/s, time rows are inverted) with the number of runs each
+# row had ours ahead, and one of each run's ratio (runs.md). Writes the table to
 # bench-guest.md and a plot of the ratios to bench-guest.png (gnuplot) in OUT.
 #
 #   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
-#                          [--fio-only | --buffered] [--writeback] [--kernel-suite SUITE]
+#                          [--fio-only | --meta-only | --buffered] [--writeback]
+#                          [--kernel-suite SUITE] [--count-requests]
 #                          [--same-guest [--boots B] [--phases]] [-- extra daemon args]
 #
 # --same-guest: one boot for all runs with both daemons side by side in it (two virtio-fs
@@ -21,6 +23,12 @@
 # session-shmem row) before the rounds and after each part of the scenario (the fio
 # rows, the metadata rows, the tree), the guest waiting while the host reads both daemons, and
 # prints what each part added to the daemon that ran it (also in OUT/phases.txt).
+#
+# --fio-only runs the fio rows alone, --meta-only all but them (the metadata and tree rows).
+#
+# --count-requests (separate boots, versus virtiofsd): one more boot per daemon, untimed, both
+# with --log-level debug, and a table of the FUSE requests each received (opcode: count) from
+# their logs, in OUT/requests.md: whether the guest asks both daemons the same.
 #
 # --buffered runs the buffered-write rows instead (the writeback cache's: 25,000 dd writes of
 # 4 KiB then sync, 1,600 of 64 KiB then sync, in MB/s; the source tree untarred then synced
@@ -47,7 +55,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
-buffered=0 wb=() same_guest=0 boots=1 phases=0
+buffered=0 wb=() same_guest=0 boots=1 phases=0 meta_only=0 count_requests=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -55,6 +63,8 @@ while [ $# -gt 0 ]; do
     --queues) queues=$2; shift 2 ;;
     --versus) versus=$2; shift 2 ;;
     --fio-only) fio_only=1; shift ;;
+    --meta-only) meta_only=1; shift ;;
+    --count-requests) count_requests=1; shift ;;
     --buffered) buffered=1; shift ;;
     --writeback) wb=(--writeback); shift ;;
     --kernel-suite) suite=$2; shift 2 ;;
@@ -65,6 +75,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
+[ "$fio_only$meta_only" != 11 ] || die "--fio-only or --meta-only, not both"
 mkdir -p "$out"
 case $versus in
 virtiofsd) head_ours=union-virtiofsd head_theirs="virtiofsd 1.14" ;;
@@ -116,7 +127,7 @@ echo "RESULT build-1000-objects-per-s $(rate 1000 $t0 $t1)"
 rm -rf $M/obj
 EOF
 else
-echo "FIO_ONLY=$fio_only" >"$scenario"
+echo "FIO_ONLY=$fio_only META_ONLY=$meta_only" >"$scenario"
 cat >>"$scenario" <<'EOF'
 M=${M:-/mnt}
 B=/opt/bench/bin
@@ -130,6 +141,7 @@ fio_row() {
     case $rw in *read*) kb=$(echo "$r" | cut -d';' -f7) ;; *) kb=$(echo "$r" | cut -d';' -f48) ;; esac
     echo "RESULT $name $(awk "BEGIN {printf \"%.2f\", $kb / 1024}")"
 }
+if [ "$META_ONLY" = 0 ]; then
 # Lay the file out once, so reads read data and writes overwrite.
 $B/fio --name=lay --filename=$M/fio.dat --size=64M --rw=write --bs=1M --direct=1 --minimal >/dev/null
 fio_row seq-read-128k 128k read
@@ -143,6 +155,7 @@ fio_row rand-write-4k 4k randwrite
 fio_row rand-read-4k-x4 4k randread 4
 fio_row rand-write-4k-x4 4k randwrite 4
 rm -f $M/fio.dat
+fi
 phase fio
 [ "$FIO_ONLY" = 0 ] || exit 0
 # ops/s of a timed shell step over N items.
@@ -373,6 +386,9 @@ if [ "$phases" = 1 ] && { [ "$same_guest" = 0 ] || [ "$buffered" = 1 ]; }; then
     die "--phases: with --same-guest, not --buffered"
 fi
 rm -f "$out/phases.raw"
+if [ "$count_requests" = 1 ] && { [ "$same_guest" = 1 ] || [ "$versus" != virtiofsd ]; }; then
+    die "--count-requests: separate boots, versus virtiofsd"
+fi
 if [ "$same_guest" = 1 ]; then
     [ "$versus" = virtiofsd ] && [ "$queues" = 1 ] || die "--same-guest: one queue, versus virtiofsd"
     for b in $(seq "$boots"); do
@@ -394,8 +410,26 @@ for i in $(seq "$runs"); do
     done
 done
 
+if [ "$count_requests" = 1 ]; then
+    timed=$results results="$out/untimed.txt" counts="$out/requests.txt"
+    : >"$results"
+    : >"$counts"
+    for who in ours theirs; do
+        log "request counts: $who"
+        if [ "$who" = ours ]; then
+            run_one ours "$queues" "$ours" --socket-path '{socket}' --shared-dir '{dir}' -o minfreespace=0 "${wb[@]}" "${qargs[@]}" --log-level debug "${extra[@]}"
+        else
+            run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${wb[@]}" --log-level debug
+        fi
+        opcodes "$out/$who.daemon.log" | sed "s/^/$who /" >>"$counts"
+    done
+    results=$timed
+fi
+
 # Medians and ratios; rows where less is better (CPU, memory) are inverted so that > 1 is ours ahead.
 median_table "$head_ours" "$head_theirs" 'cpu|rss|anon|file|shmem' "$results" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
+# Each run's ratio, their geometric mean and its standard error (OUT/runs.md).
+run_ratios 'cpu|rss|anon|file|shmem' "$results" | tee "$out/runs.md"
 
 gnuplot <<EOF
 set terminal png size 1000,500
@@ -409,6 +443,16 @@ set arrow from graph 0, first 1.1 to graph 1, first 1.1 nohead dt 2
 plot "$out/ratios.dat" using 2:xtic(1) title "ratio (dashed: 1.10)"
 EOF
 log "table: $out/bench-guest.md, plot: $out/bench-guest.png"
+if [ "$count_requests" = 1 ]; then
+    # One row per opcode: the two counts side by side.
+    {
+        echo "| opcode | $head_ours | $head_theirs |"
+        echo "|---:|---:|---:|"
+        awk '{seen[$2] = 1; n[$2, $1] = $3}
+             END {for (k in seen) printf "| %s | %d | %d |\n", k, n[k, "ours"], n[k, "theirs"]}' \
+            "$counts" | sort -t'|' -k2,2n
+    } | tee "$out/requests.md"
+fi
 if [ "$phases" = 1 ]; then
     # Each line's count for the daemon that ran the part, less its count at the line before.
     awk 'BEGIN {

@@ -120,7 +120,10 @@ bench_tools() {
 # median_table HEAD_OURS HEAD_THEIRS LOWER FILE: the table of medians the guest benchmarks
 # print from FILE's "ours|theirs ROW VALUE" lines (rows in first-seen order), with the ratio
 # ours / theirs, inverted for the rows matching the awk regex LOWER (where less is better), so
-# that above 1 is ours ahead on every row. "ROW RATIO" lines go to stderr (for a plot).
+# that above 1 is ours ahead on every row, and in how many runs ours was ahead: the k-th value
+# of ours against the k-th of theirs (the same run of separate boots, round of one boot, or
+# boot), as runs on this host move by more than the gaps measured. "ROW RATIO" lines go to
+# stderr (for a plot).
 median_table() {
     awk -v ho="$1" -v ht="$2" -v lower="$3" '
     function median(list,   n, a, i, j, t) {
@@ -128,16 +131,59 @@ median_table() {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
+    # ahead(OURS, THEIRS, LESS): "k/n", ours ahead in k of the n pairs (strictly).
+    function ahead(o, t, less,   n, m, x, y, i, k) {
+        n = split(o, x, " "); m = split(t, y, " "); if (m < n) n = m
+        for (i = 1; i <= n; i++) k += less ? (x[i] + 0 < y[i] + 0) : (x[i] + 0 > y[i] + 0)
+        return (k + 0) "/" n
+    }
     { v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
     END {
-        printf "| row | %s | %s | ratio |\n|---|---|---|---|\n", ho, ht
+        printf "| row | %s | %s | ratio | ours ahead |\n|---|---|---|---|---|\n", ho, ht
         for (k = 1; k <= n; k++) {
-            r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r])
-            ratio = (r ~ lower ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
-            printf "| %s | %s | %s | %.2fx |\n", r, a, b, ratio
+            r = order[k]; a = median(v["ours", r]); b = median(v["theirs", r]); less = r ~ lower
+            ratio = (less ? (a > 0 ? b / a : 0) : (b > 0 ? a / b : 0))
+            printf "| %s | %s | %s | %.2fx | %s |\n", r, a, b, ratio, ahead(v["ours", r], v["theirs", r], less)
             printf "%s %.3f\n", r, ratio > "/dev/stderr"
         }
     }' "$4"
+}
+
+# run_ratios LOWER FILE: per row of FILE (as median_table's), the ratio of each run (ours'
+# k-th value against theirs' k-th, inverted for rows matching LOWER: above 1 is ours ahead),
+# their geometric mean and its standard error (of the mean of the logs, as a factor): how
+# far apart the runs are, next to the table of medians.
+run_ratios() {
+    awk -v lower="$1" '
+    { v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END {
+        print "| row | runs (ours ahead above 1) | geometric mean | standard error |"
+        print "|---|---|---|---|"
+        for (k = 1; k <= n; k++) {
+            r = order[k]; m = split(v["ours", r], x, " "); c = split(v["theirs", r], y, " ")
+            if (c < m) m = c
+            list = ""; sum = 0; sq = 0; used = 0
+            for (i = 1; i <= m; i++) {
+                if (x[i] <= 0 || y[i] <= 0) continue
+                q = r ~ lower ? y[i] / x[i] : x[i] / y[i]
+                list = list sprintf("%s%.2f", used ? " " : "", q)
+                l = log(q); sum += l; sq += l * l; used++
+            }
+            if (!used) continue
+            mean = sum / used
+            se = used > 1 ? sqrt((sq - used * mean * mean) / (used - 1) / used) : 0
+            printf "| %s | %s | %.2fx | %.0f%% |\n", r, list, exp(mean), (exp(se) - 1) * 100
+        }
+    }' "$2"
+}
+
+# opcodes LOG: "opcode count" lines from a daemon's debug log (this daemon's dispatcher logs
+# "unique=N opcode=N", virtiofsd's server "Received [unknown ]request: opcode=Name (N)" or
+# "opcode=N").
+opcodes() {
+    sed -nE 's/.*dispatch\] unique=[0-9]+ opcode=([0-9]+).*/\1/p;
+             s/.*Received (unknown )?request: opcode=([A-Za-z]+ \()?([0-9]+).*/\3/p' "$1" |
+        sort -n | uniq -c | awk '{print $2, $1}'
 }
 
 # round_order I: who goes first in round I of a guest benchmark: "ours theirs" in odd rounds,
