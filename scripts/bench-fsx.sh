@@ -191,15 +191,7 @@ if [ "$count_requests" = 1 ]; then
         done
     done
     results="$out/results.txt"
-    # One row per mix and opcode: the two counts side by side.
-    {
-        echo "| mix | opcode | union-virtiofsd | virtiofsd 1.14 |"
-        echo "|---|---:|---:|---:|"
-        awk '{k = $1 " " $3; seen[k] = 1; n[k, $2] = $4}
-             END {for (k in seen) {split(k, a, " ");
-                  printf "| %s | %s | %d | %d |\n", a[1], a[2], n[k, "ours"], n[k, "theirs"]}}' \
-            "$counts" | sort -t'|' -k2,2 -k3,3n
-    } | tee "$out/requests.md"
+    request_table union-virtiofsd "virtiofsd 1.14" "$counts" | tee "$out/requests.md"
 fi
 
 # Medians; every row is seconds, so the ratio is virtiofsd's / ours (above 1: ours ahead).

@@ -411,7 +411,10 @@ for i in $(seq "$runs"); do
 done
 
 if [ "$count_requests" = 1 ]; then
-    timed=$results results="$out/untimed.txt" counts="$out/requests.txt"
+    timed=$results results="$out/untimed.txt" counts="$out/requests.txt" set=full
+    [ "$fio_only" = 0 ] || set=fio-only
+    [ "$meta_only" = 0 ] || set=meta-only
+    [ "$buffered" = 0 ] || set=buffered
     : >"$results"
     : >"$counts"
     for who in ours theirs; do
@@ -421,7 +424,7 @@ if [ "$count_requests" = 1 ]; then
         else
             run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${wb[@]}" --log-level debug
         fi
-        opcodes "$out/$who.daemon.log" | sed "s/^/$who /" >>"$counts"
+        opcodes "$out/$who.daemon.log" | sed "s/^/$set $who /" >>"$counts"
     done
     results=$timed
 fi
@@ -444,14 +447,7 @@ plot "$out/ratios.dat" using 2:xtic(1) title "ratio (dashed: 1.10)"
 EOF
 log "table: $out/bench-guest.md, plot: $out/bench-guest.png"
 if [ "$count_requests" = 1 ]; then
-    # One row per opcode: the two counts side by side.
-    {
-        echo "| opcode | $head_ours | $head_theirs |"
-        echo "|---:|---:|---:|"
-        awk '{seen[$2] = 1; n[$2, $1] = $3}
-             END {for (k in seen) printf "| %s | %d | %d |\n", k, n[k, "ours"], n[k, "theirs"]}' \
-            "$counts" | sort -t'|' -k2,2n
-    } | tee "$out/requests.md"
+    request_table "$head_ours" "$head_theirs" "$counts" | tee "$out/requests.md"
 fi
 if [ "$phases" = 1 ]; then
     # Each line's count for the daemon that ran the part, less its count at the line before.

@@ -186,6 +186,18 @@ opcodes() {
         sort -n | uniq -c | awk '{print $2, $1}'
 }
 
+# request_table HEAD_OURS HEAD_THEIRS COUNTS: the table of FUSE requests both daemons received,
+# from COUNTS' "SET ours|theirs OPCODE COUNT" lines (SET: the fsx mix, the guest scenario), one
+# row per set and opcode with the two counts side by side.
+request_table() {
+    echo "| set | opcode | $1 | $2 |"
+    echo "|---|---:|---:|---:|"
+    awk '{k = $1 " " $3; seen[k] = 1; n[k, $2] = $4}
+         END {for (k in seen) {split(k, a, " ");
+              printf "| %s | %s | %d | %d |\n", a[1], a[2], n[k, "ours"], n[k, "theirs"]}}' \
+        "$3" | sort -t'|' -k2,2 -k3,3n
+}
+
 # round_order I: who goes first in round I of a guest benchmark: "ours theirs" in odd rounds,
 # "theirs ours" in even ones.
 round_order() {
