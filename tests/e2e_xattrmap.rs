@@ -3,12 +3,14 @@
 //! transcript and the names stored on the host branch must be the ones expected and the same
 //! under both daemons. Names passing unchanged (the behaviour before the map was honoured)
 //! fail both checks: `trusted.*` would land (or fail) as itself, and refused names would be
-//! set.
+//! set. A guest file capability stored under another name must be cleared by the changes
+//! that clear the real one (a direct write the guest leaves to the daemon among them).
 //!
 //! Also without a guest: a map either daemon refuses is refused by the other (exit status 2,
 //! one error line here); and, through the `FileSystem` impl over two branches, what a shell
 //! cannot show: every copy renamed, the list's size and ERANGE measured on the mapped list,
-//! `unsupported`'s ENOTSUP, and ACL names refused before and after mapping.
+//! `unsupported`'s ENOTSUP, ACL names refused before and after mapping, and a renamed
+//! capability cleared by the daemon itself on each change that clears the real one.
 
 #[path = "support/fsharness.rs"]
 mod fsharness;
@@ -21,9 +23,11 @@ use std::path::Path;
 use std::process::Command;
 
 use fsharness::{c, ctx, errno_of, walk, Tmpfs};
+use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
 use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply};
 use guest::{Backend, Guest, Mode};
 use rustix::fs::XattrFlags;
+use std::os::unix::fs::MetadataExt;
 use union_virtiofsd::fs::xattrmap::XattrMap;
 use union_virtiofsd::fs::{FsConfig, UnionFs};
 
@@ -284,6 +288,79 @@ fn selinux_map_from_the_legacy_option_as_virtiofsd() {
     );
 }
 
+/// A guest file capability (v2: CAP_NET_RAW permitted and effective).
+const CAP_VALUE: &str = "0x0100000200200000000000000000000000000000";
+
+/// Under [`SELINUX_MAP`] the guest's `security.capability` is stored as
+/// `trusted.virtiofs.security.capability`, which the host kernel does not clear: a write
+/// (direct, under `--cache never`: the guest leaves it to the daemon), a truncating open and
+/// a chown must each clear it, as they clear the real one; an untouched file keeps it.
+const CAPABILITY_SCENARIO: &str = r#"
+cap() { $T/getfattr --absolute-names -e hex -n security.capability "$1" | grep =; }
+ops() {
+    for f in written truncated owned kept; do
+        echo x > $f
+        try set_ security.capability __CAP__ $f
+    done
+    try cap written
+    echo y >> written
+    : > truncated
+    try chown 1:1 owned
+    for f in written truncated owned kept; do try cap $f; done
+}
+section ops ops
+section names-f names kept
+section names-pre names pre
+"#;
+
+fn check_capability(seen: &Seen, dir: &Path) {
+    let cap = format!("security.capability={CAP_VALUE}");
+    let mut ops: Vec<String> = ["written", "truncated", "owned", "kept"]
+        .iter()
+        .map(|f| format!("ok: set_ security.capability {CAP_VALUE} {f} = "))
+        .collect();
+    ops.extend([
+        format!("ok: cap written = {cap}"),
+        "ok: chown 1:1 owned = ".into(),
+        "error: cap written = No such attribute".into(),
+        "error: cap truncated = No such attribute".into(),
+        "error: cap owned = No such attribute".into(),
+        format!("ok: cap kept = {cap}"),
+    ]);
+    assert_eq!(seen.ops, ops);
+    assert_eq!(seen.names_f, lines(&["security.capability"]));
+    assert_eq!(seen.names_pre, lines(&["user.plain"]));
+    let host_names = |f: &str| -> Vec<String> {
+        tree::xattrs(&dir.join(f), &[""])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    };
+    for f in ["written", "truncated", "owned"] {
+        assert_eq!(host_names(f), Vec::<String>::new(), "{f} on the host");
+    }
+    assert_eq!(
+        host_names("kept"),
+        lines(&["trusted.virtiofs.security.capability"])
+    );
+}
+
+#[test]
+fn a_renamed_file_capability_is_cleared_by_write_truncate_and_chown_as_virtiofsd() {
+    same_as_virtiofsd(
+        &[("user.plain", "h")],
+        &[
+            "--xattrmap",
+            SELINUX_MAP,
+            "--modcaps=+sys_admin",
+            "--cache",
+            "never",
+        ],
+        &CAPABILITY_SCENARIO.replace("__CAP__", CAP_VALUE),
+        check_capability,
+    );
+}
+
 /// Maps both daemons accept, and maps both refuse (virtiofsd's own test cases among them).
 #[test]
 fn the_same_maps_are_refused_with_one_error_line() {
@@ -453,4 +530,103 @@ fn refusals_answer_virtiofsds_errnos() {
         );
     }
     assert_eq!(host_xattrs(&a.path().join("f")), lines(&["user.s=v"]));
+}
+
+/// The daemon clears a renamed file capability itself on each change the host kernel clears
+/// `security.capability` on (the guest leaves a direct write to the daemon, and asks before
+/// the others only when it knows of the capability): a write, a truncate by name and through
+/// an open file, a truncating open, a chown; not a chmod or a new time, nor a directory's.
+#[test]
+fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
+    let t = Tmpfs::new("4M");
+    let renamed = "trusted.virtiofs.security.capability";
+    let files = [
+        "written",
+        "truncated",
+        "ftruncated",
+        "opened",
+        "owned",
+        "touched",
+    ];
+    for f in files {
+        std::fs::write(t.path().join(f), "x").unwrap();
+    }
+    std::fs::create_dir(t.path().join("d")).unwrap();
+    for f in files.iter().chain(&["d"]) {
+        rustix::fs::setxattr(t.path().join(f), renamed, b"cap", XattrFlags::empty()).unwrap();
+    }
+    let fs = mapped_union(&[t.path()], SELINUX_MAP);
+    let ino = |f: &str| walk(&fs, f).unwrap().inode;
+    let attr = |size: i64, uid: u32, mode: u32| {
+        // SAFETY: stat64 is plain data; all zeroes is a valid value.
+        let mut a: stat64 = unsafe { std::mem::zeroed() };
+        (a.st_size, a.st_uid, a.st_gid, a.st_mode) = (size, uid, uid, mode);
+        a
+    };
+
+    let f = ino("written");
+    let (fh, _, _) = fs.open(&ctx(), f, libc::O_WRONLY as u32, 0).unwrap();
+    let data = fsharness::SliceReader(b"y".to_vec(), 0);
+    let n = fs
+        .write(
+            &ctx(),
+            f,
+            fh.unwrap(),
+            &mut { data },
+            1,
+            1,
+            None,
+            false,
+            0,
+            0,
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+
+    fs.setattr(
+        &ctx(),
+        ino("truncated"),
+        attr(0, 0, 0),
+        None,
+        SetattrValid::SIZE,
+    )
+    .unwrap();
+    let f = ino("ftruncated");
+    let (fh, _, _) = fs.open(&ctx(), f, libc::O_RDWR as u32, 0).unwrap();
+    fs.setattr(&ctx(), f, attr(0, 0, 0), fh, SetattrValid::SIZE)
+        .unwrap();
+    fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+    let f = ino("opened");
+    let (fh, _, _) = fs
+        .open(&ctx(), f, (libc::O_WRONLY | libc::O_TRUNC) as u32, 0)
+        .unwrap();
+    fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+    let owner = SetattrValid::UID | SetattrValid::GID;
+    fs.setattr(&ctx(), ino("owned"), attr(0, 1, 0), None, owner)
+        .unwrap();
+    fs.setattr(&ctx(), ino("d"), attr(0, 1, 0), None, owner)
+        .unwrap();
+    let touch = SetattrValid::MODE | SetattrValid::MTIME_NOW;
+    fs.setattr(&ctx(), ino("touched"), attr(0, 0, 0o600), None, touch)
+        .unwrap();
+
+    let host_names = |f: &str| -> Vec<String> {
+        tree::xattrs(&t.path().join(f), &[""])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    };
+    for f in ["written", "truncated", "ftruncated", "opened", "owned"] {
+        assert_eq!(host_names(f), Vec::<String>::new(), "{f}");
+    }
+    for f in ["touched", "d"] {
+        assert_eq!(host_names(f), lines(&[renamed]), "{f}");
+    }
+    // The changes themselves were made.
+    assert_eq!(std::fs::read(t.path().join("written")).unwrap(), b"xy");
+    assert_eq!(std::fs::metadata(t.path().join("owned")).unwrap().uid(), 1);
 }

@@ -117,7 +117,12 @@ pub enum ClientName<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XattrMap {
     rules: Vec<Rule>,
+    /// The host name `security.capability` is renamed to, if the map renames it.
+    capability: Option<CString>,
 }
+
+/// The file capability xattr (`vfs_cap_data`), which a write, truncate or chown clears.
+const CAPABILITY: &CStr = c"security.capability";
 
 /// The rule field names, in order, for [`ParseError::Incomplete`].
 const FIELDS: [&str; 4] = ["type", "scope", "key", "prepend"];
@@ -217,7 +222,22 @@ impl XattrMap {
         if rules.is_empty() {
             return Err(ParseError::NoRules);
         }
-        Ok(XattrMap { rules })
+        let mut map = XattrMap {
+            rules,
+            capability: None,
+        };
+        map.capability = match map.client(CAPABILITY) {
+            ClientName::Use(Cow::Owned(name)) if name.as_c_str() != CAPABILITY => Some(name),
+            _ => None,
+        };
+        Ok(map)
+    }
+
+    /// The host name the guest's `security.capability` is stored under when the map renames
+    /// it (none when it passes unchanged or is refused): the host kernel clears only the real
+    /// one on a write, truncate or chown, so the daemon must clear this one itself.
+    pub fn renamed_capability(&self) -> Option<&CStr> {
+        self.capability.as_deref()
     }
 
     /// Whether some rule matches every guest name and some rule every host name (a catch-all
@@ -489,6 +509,39 @@ mod tests {
         let m = map(":unsupported:all:security.:security.::ok:all:::");
         assert_eq!(client(&m, "security.x"), "ENOTSUP");
         assert_eq!(server(&m, &["security.x", "user.x"]), ["user.x"]);
+    }
+
+    #[test]
+    fn the_capability_name_when_renamed_only() {
+        let renamed = |text: &str| {
+            map(text)
+                .renamed_capability()
+                .map(|n| n.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            renamed(":map:security.:trusted.virtiofs.:").as_deref(),
+            Some("trusted.virtiofs.security.capability")
+        );
+        assert_eq!(
+            renamed(":map::user.virtiofs.:").as_deref(),
+            Some("user.virtiofs.security.capability")
+        );
+        assert_eq!(
+            renamed(":prefix:client:security.capability:user.c.: :ok:all:::").as_deref(),
+            Some("user.c.security.capability")
+        );
+        // Passed unchanged (the host kernel clears it), refused or unsupported: nothing to do.
+        assert_eq!(renamed(":ok:all:::"), None);
+        assert_eq!(
+            renamed(":prefix:all:trusted.:user.vm.::ok:all:user.:::bad:all:::"),
+            None
+        );
+        assert_eq!(
+            renamed(":unsupported:all:security.:security.: ;ok;all;;;"),
+            None
+        );
+        // A rule for the server side alone does not rename a guest name.
+        assert_eq!(renamed(":prefix:server::user.s.: :ok:all:::"), None);
     }
 
     #[test]

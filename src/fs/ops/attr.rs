@@ -12,6 +12,7 @@ use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
 use crate::fs::caller::Groups;
+use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
@@ -71,6 +72,7 @@ pub fn setattr(
             let _killpriv = (kill
                 && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
             .then(caps::without_fsetid);
+            clear_renamed_capability(&fs.view(), fd)?;
             fs.as_caller(ctx, &[], &[], Groups::OnRefusal, || {
                 Ok(rustix::fs::ftruncate(fd, attr.st_size as u64)?)
             })?;
@@ -156,6 +158,10 @@ fn apply(
                 AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
             )?)
         })?;
+        // Once the caller was allowed the change, as the kernel's chown clears the real name.
+        if is_type(&f.st, libc::S_IFREG) {
+            clear_renamed_capability(&fs.view(), f.fd.as_fd())?;
+        }
     }
     if valid.contains(SetattrValid::SIZE) {
         if is_type(&f.st, libc::S_IFDIR) {
@@ -168,6 +174,7 @@ fn apply(
             let fd = beneath::reopen(f.fd.as_fd(), OFlags::WRONLY)?;
             Ok(rustix::fs::ftruncate(&fd, attr.st_size as u64)?)
         })?;
+        clear_renamed_capability(&fs.view(), f.fd.as_fd())?;
     }
     let times = SetattrValid::ATIME
         | SetattrValid::MTIME

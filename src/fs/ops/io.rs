@@ -8,6 +8,7 @@ use fuse_backend_rs::api::filesystem::{Context, ZeroCopyReader, ZeroCopyWriter};
 use rustix::fs::{FallocateFlags, SeekFrom};
 
 use crate::fs::movefile::is_out_of_space;
+use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
 use crate::sys::{beneath, caps, creds};
@@ -63,24 +64,26 @@ pub fn write(
     let h = fs.handles.file(fh, inode)?;
     let fd = h.as_file()?.fd.as_fd();
     let size = size as usize;
-    if fs.view().opts.nullrw {
+    let view = fs.view();
+    if view.opts.nullrw {
         return Ok(size);
     }
     // An unprivileged writer clears set-user/group-ID bits, as the host kernel does for a
     // writer without CAP_FSETID: one the guest names (KILLPRIV_V2), or a caller that is not
     // root on the host (a guest root squashed by the id map). Checked first: one fstat, no
     // capset for the usual file without those bits, nothing at all for a root caller.
-    let unprivileged = (write_flags & WRITE_KILL_PRIV != 0 && fs.view().opts.killpriv_v2)
+    let unprivileged = (write_flags & WRITE_KILL_PRIV != 0 && view.opts.killpriv_v2)
         || (ctx.uid != 0 && creds::acts_as_caller());
     let _killpriv = (unprivileged
         && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
     .then(caps::without_fsetid);
+    clear_renamed_capability(&view, fd)?;
     let mut done = 0usize;
     let mut moved = false;
     while done < size {
         let n = match with_file(fd, |f| r.read_to(f, size - done, offset + done as u64)) {
             // A failed read_to consumed nothing, so the rest can be retried on the new branch.
-            Err(e) if is_out_of_space(&e) && !moved && fs.view().opts.moveonenospc.is_some() => {
+            Err(e) if is_out_of_space(&e) && !moved && view.opts.moveonenospc.is_some() => {
                 fs.move_on_enospc(h.as_file()?).map_err(|m| {
                     log::warn!("moveonenospc failed: {m}");
                     e

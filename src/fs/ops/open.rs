@@ -12,6 +12,7 @@ use rustix::fs::OFlags;
 use crate::fs::caller::Groups;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::movefile::copy_to_temp;
+use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::options::{CacheFiles, Func};
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
@@ -133,6 +134,9 @@ pub fn open(
             other => other?,
         }
     };
+    if flags.contains(OFlags::TRUNC) {
+        clear_renamed_capability(&fs.view(), fd.as_fd())?;
+    }
     let opts = open_options(fs, inode, &f.st);
     let fh = fs.new_handle(Handle::File(FileHandle {
         fd,

@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use fuse_backend_rs::api::filesystem::{Context, GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
@@ -20,6 +20,7 @@ use rustix::fs::XattrFlags;
 use crate::fs::caller::Groups;
 use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
+use crate::fs::view::View;
 use crate::fs::xattrmap::ClientName;
 use crate::fs::{errno, UnionFs};
 use crate::sys::abi::fuse::SETXATTR_ACL_KILL_SGID;
@@ -62,6 +63,26 @@ pub(crate) fn host_name<'a>(
         ClientName::Use(host) => Ok(host),
         ClientName::Refused => Err(errno(refused)),
         ClientName::Unsupported => Err(errno(libc::ENOTSUP)),
+    }
+}
+
+/// Clears the guest's file capability from the regular file `fd` (a descriptor of any kind)
+/// when `--xattrmap` stores `security.capability` under another name: the host kernel clears
+/// only the real name on a write, truncate or chown, and a capability must not outlive a change
+/// to the program it empowers (virtiofsd does the same). A file without it (ENODATA) or a
+/// filesystem without xattrs (ENOTSUP) is fine; any other error fails the change.
+pub(crate) fn clear_renamed_capability(view: &View, fd: BorrowedFd<'_>) -> io::Result<()> {
+    let Some(name) = view
+        .opts
+        .xattrmap
+        .as_ref()
+        .and_then(|m| m.renamed_capability())
+    else {
+        return Ok(());
+    };
+    match rustix::fs::removexattr(&beneath::proc_path(fd), name) {
+        Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::NOTSUP => Ok(()),
+        r => Ok(r?),
     }
 }
 
