@@ -28,6 +28,7 @@ use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply
 use guest::{Backend, Guest, Mode};
 use rustix::fs::XattrFlags;
 use std::os::unix::fs::MetadataExt;
+use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::xattrmap::XattrMap;
 use union_virtiofsd::fs::{FsConfig, UnionFs};
 
@@ -534,14 +535,17 @@ fn refusals_answer_virtiofsds_errnos() {
 
 /// The daemon clears a renamed file capability itself on each change the host kernel clears
 /// `security.capability` on (the guest leaves a direct write to the daemon, and asks before
-/// the others only when it knows of the capability): a write, a truncate by name and through
-/// an open file, a truncating open, a chown; not a chmod or a new time, nor a directory's.
+/// the others only when it knows of the capability): a write, a copy into the file, an
+/// fallocate, a truncate by name and through an open file, a truncating open, a chown; not a
+/// chmod or a new time, nor a directory's.
 #[test]
 fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
     let t = Tmpfs::new("4M");
     let renamed = "trusted.virtiofs.security.capability";
     let files = [
         "written",
+        "copied",
+        "allocated",
         "truncated",
         "ftruncated",
         "opened",
@@ -552,7 +556,8 @@ fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
         std::fs::write(t.path().join(f), "x").unwrap();
     }
     std::fs::create_dir(t.path().join("d")).unwrap();
-    for f in files.iter().chain(&["d"]) {
+    std::fs::write(t.path().join("kept-source"), "z").unwrap();
+    for f in files.iter().chain(&["d", "kept-source"]) {
         rustix::fs::setxattr(t.path().join(f), renamed, b"cap", XattrFlags::empty()).unwrap();
     }
     let fs = mapped_union(&[t.path()], SELINUX_MAP);
@@ -582,6 +587,22 @@ fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
         )
         .unwrap();
     assert_eq!(n, 1);
+    fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
+        .unwrap();
+
+    let (src, dst) = (ino("kept-source"), ino("copied"));
+    let (sfh, _, _) = fs.open(&ctx(), src, libc::O_RDONLY as u32, 0).unwrap();
+    let (dfh, _, _) = fs.open(&ctx(), dst, libc::O_WRONLY as u32, 0).unwrap();
+    let (sfh, dfh) = (sfh.unwrap(), dfh.unwrap());
+    let n = fs
+        .copy_file_range(&ctx(), src, sfh, 0, dst, dfh, 1, 1, 0)
+        .unwrap();
+    assert_eq!(n, 1);
+    fs.release(&ctx(), src, 0, sfh, false, false, None).unwrap();
+    fs.release(&ctx(), dst, 0, dfh, false, false, None).unwrap();
+    let f = ino("allocated");
+    let (fh, _, _) = fs.open(&ctx(), f, libc::O_WRONLY as u32, 0).unwrap();
+    fs.fallocate(&ctx(), f, fh.unwrap(), 0, 0, 8192).unwrap();
     fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
         .unwrap();
 
@@ -620,13 +641,19 @@ fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
             .map(|(name, _)| name)
             .collect()
     };
-    for f in ["written", "truncated", "ftruncated", "opened", "owned"] {
+    for f in &files[..files.len() - 1] {
         assert_eq!(host_names(f), Vec::<String>::new(), "{f}");
     }
-    for f in ["touched", "d"] {
+    // Neither a file only chmod'ed and touched, nor a directory, nor the copy's source.
+    for f in ["touched", "d", "kept-source"] {
         assert_eq!(host_names(f), lines(&[renamed]), "{f}");
     }
     // The changes themselves were made.
     assert_eq!(std::fs::read(t.path().join("written")).unwrap(), b"xy");
+    assert_eq!(std::fs::read(t.path().join("copied")).unwrap(), b"xz");
+    assert_eq!(
+        std::fs::metadata(t.path().join("allocated")).unwrap().len(),
+        8192
+    );
     assert_eq!(std::fs::metadata(t.path().join("owned")).unwrap().uid(), 1);
 }

@@ -6,6 +6,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::sys::caps;
@@ -61,8 +62,10 @@ pub fn copy_file_range(
     }
     // As for WRITE with KILLPRIV_V2: a copy into a file with set-user/group-ID bits clears
     // them, as the host kernel does for a writer without CAP_FSETID.
-    let _killpriv = (fs.view().opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode))
-        .then(caps::without_fsetid);
+    let view = fs.view();
+    let _killpriv =
+        (view.opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode)).then(caps::without_fsetid);
+    clear_renamed_capability(&view, fout)?;
     match crate::sys::file::copy_range(fin, off_in, fout, off_out, len) {
         Err(e)
             if matches!(

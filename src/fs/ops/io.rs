@@ -111,13 +111,10 @@ pub fn fallocate(
     len: u64,
 ) -> io::Result<()> {
     let h = fs.handles.file(fh, inode)?;
+    let fd = h.as_file()?.fd.as_fd();
     let flags = FallocateFlags::from_bits(mode).ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-    Ok(rustix::fs::fallocate(
-        h.as_file()?.fd.as_fd(),
-        flags,
-        offset,
-        len,
-    )?)
+    clear_renamed_capability(&fs.view(), fd)?;
+    Ok(rustix::fs::fallocate(fd, flags, offset, len)?)
 }
 
 /// lseek(2), as the guest uses it for SEEK_DATA and SEEK_HOLE.
