@@ -600,6 +600,15 @@ fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
     assert_eq!(n, 1);
     fs.release(&ctx(), src, 0, sfh, false, false, None).unwrap();
     fs.release(&ctx(), dst, 0, dfh, false, false, None).unwrap();
+    // A handle that cannot change the file cannot strip its capability either.
+    let f = ino("touched");
+    let (fh, _, _) = fs.open(&ctx(), f, libc::O_RDONLY as u32, 0).unwrap();
+    assert_eq!(
+        errno_of(fs.fallocate(&ctx(), f, fh.unwrap(), 0, 0, 8192)),
+        libc::EBADF
+    );
+    fs.release(&ctx(), f, 0, fh.unwrap(), false, false, None)
+        .unwrap();
     let f = ino("allocated");
     let (fh, _, _) = fs.open(&ctx(), f, libc::O_WRONLY as u32, 0).unwrap();
     fs.fallocate(&ctx(), f, fh.unwrap(), 0, 0, 8192).unwrap();
@@ -644,7 +653,7 @@ fn a_renamed_capability_is_cleared_by_the_daemon_itself() {
     for f in &files[..files.len() - 1] {
         assert_eq!(host_names(f), Vec::<String>::new(), "{f}");
     }
-    // Neither a file only chmod'ed and touched, nor a directory, nor the copy's source.
+    // Neither a file only chmod'ed, touched and read, nor a directory, nor the copy's source.
     for f in ["touched", "d", "kept-source"] {
         assert_eq!(host_names(f), lines(&[renamed]), "{f}");
     }

@@ -24,6 +24,13 @@ pub struct FileHandle {
     pub flags: OFlags,
 }
 
+impl FileHandle {
+    /// Whether the file was opened for writing (a change through it is the caller's right).
+    pub fn is_writable(&self) -> bool {
+        self.flags.intersects(OFlags::WRONLY | OFlags::RDWR)
+    }
+}
+
 /// An open directory: the merged listing, taken when the guest first reads it.
 pub struct DirHandle {
     /// The node it was opened for.

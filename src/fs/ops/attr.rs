@@ -12,7 +12,7 @@ use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
 use crate::fs::caller::Groups;
-use crate::fs::ops::xattr::clear_renamed_capability;
+use crate::fs::ops::xattr::{clear_renamed_capability, clear_renamed_capability_through};
 use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
 use crate::fs::{errno, UnionFs};
@@ -72,7 +72,7 @@ pub fn setattr(
             let _killpriv = (kill
                 && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
             .then(caps::without_fsetid);
-            clear_renamed_capability(&fs.view(), fd)?;
+            clear_renamed_capability_through(&fs.view(), h.as_file()?)?;
             fs.as_caller(ctx, &[], &[], Groups::OnRefusal, || {
                 Ok(rustix::fs::ftruncate(fd, attr.st_size as u64)?)
             })?;

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use crate::fs::ops::xattr::clear_renamed_capability;
+use crate::fs::ops::xattr::clear_renamed_capability_through;
 use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::sys::caps;
@@ -65,7 +65,7 @@ pub fn copy_file_range(
     let view = fs.view();
     let _killpriv =
         (view.opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode)).then(caps::without_fsetid);
-    clear_renamed_capability(&view, fout)?;
+    clear_renamed_capability_through(&view, hout.as_file()?)?;
     match crate::sys::file::copy_range(fin, off_in, fout, off_out, len) {
         Err(e)
             if matches!(

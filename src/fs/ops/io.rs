@@ -8,7 +8,7 @@ use fuse_backend_rs::api::filesystem::{Context, ZeroCopyReader, ZeroCopyWriter};
 use rustix::fs::{FallocateFlags, SeekFrom};
 
 use crate::fs::movefile::is_out_of_space;
-use crate::fs::ops::xattr::clear_renamed_capability;
+use crate::fs::ops::xattr::clear_renamed_capability_through;
 use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
 use crate::sys::{beneath, caps, creds};
@@ -77,7 +77,7 @@ pub fn write(
     let _killpriv = (unprivileged
         && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
     .then(caps::without_fsetid);
-    clear_renamed_capability(&view, fd)?;
+    clear_renamed_capability_through(&view, h.as_file()?)?;
     let mut done = 0usize;
     let mut moved = false;
     while done < size {
@@ -111,10 +111,14 @@ pub fn fallocate(
     len: u64,
 ) -> io::Result<()> {
     let h = fs.handles.file(fh, inode)?;
-    let fd = h.as_file()?.fd.as_fd();
     let flags = FallocateFlags::from_bits(mode).ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-    clear_renamed_capability(&fs.view(), fd)?;
-    Ok(rustix::fs::fallocate(fd, flags, offset, len)?)
+    clear_renamed_capability_through(&fs.view(), h.as_file()?)?;
+    Ok(rustix::fs::fallocate(
+        h.as_file()?.fd.as_fd(),
+        flags,
+        offset,
+        len,
+    )?)
 }
 
 /// lseek(2), as the guest uses it for SEEK_DATA and SEEK_HOLE.

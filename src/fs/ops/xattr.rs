@@ -18,6 +18,7 @@ use fuse_backend_rs::api::filesystem::{Context, GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
 
 use crate::fs::caller::Groups;
+use crate::fs::handle::FileHandle;
 use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
 use crate::fs::view::View;
@@ -84,6 +85,16 @@ pub(crate) fn clear_renamed_capability(view: &View, fd: BorrowedFd<'_>) -> io::R
         Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::NOTSUP => Ok(()),
         r => Ok(r?),
     }
+}
+
+/// [`clear_renamed_capability`] before a change made through the open file `h`: only if it
+/// was opened for writing (the kernel's check before it clears the real name), so a handle
+/// that cannot change the file cannot strip its capability either.
+pub(crate) fn clear_renamed_capability_through(view: &View, h: &FileHandle) -> io::Result<()> {
+    if h.is_writable() {
+        clear_renamed_capability(view, h.fd.as_fd())?;
+    }
+    Ok(())
 }
 
 /// Value of `name` (or its size when `size` is 0).
