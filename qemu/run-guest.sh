@@ -16,7 +16,7 @@
 # Interactive: "exit" in the guest shell powers off; Ctrl-A X quits QEMU.
 #
 # Without --kernel/--initrd, scripts/fetch-kernel.sh and scripts/build-initramfs.sh provide them
-# (cached in .cache/guest/). With --script, the file is packed as /scenario.sh into a small cpio
+# (cached in $UVFS_GUEST_CACHE, scripts/lib.sh). With --script, the file is packed as /scenario.sh into a small cpio
 # archive appended to the initrd; the guest's /init (qemu/init) runs it with /mnt as working
 # directory and prints "=== SCENARIO EXIT <status> ===" before powering off. Each
 # --extra-initrd archive (uncompressed newc cpio, e.g. scripts/build-pjdfstest-initrd.sh's) is

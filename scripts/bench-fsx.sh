@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fsx as a new user would run it: boots the test guest (QEMU TCG, Debian 6.12 kernel, 2 vCPUs,
 # 1 GiB) against union-virtiofsd (release build, default sandbox and seccomp) and against
-# virtiofsd 1.14 (cargo install'ed into .cache/tools if absent; its default --cache auto), each
+# virtiofsd 1.14 (cargo install'ed into $UVFS_TOOLS if absent; its default --cache auto), each
 # serving a fresh 1 GiB tmpfs, and runs fsx (cargo install fsx 0.3.2, packed by
 # scripts/build-tools-initrd.sh fsx) with 20,000 operations and a fixed seed: its default mix
 # (reads, writes, truncates, mmap reads and writes) and qemu/fsx-all.toml (every operation it

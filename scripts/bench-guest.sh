@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The guest benchmark: boots the test guest (QEMU TCG, Debian 6.12 kernel, 2 vCPUs) against
 # union-virtiofsd (release build) and against virtiofsd 1.14 (cargo install'ed into
-# .cache/tools if absent), each serving a fresh tmpfs, alternating the two for N runs, and
+# $UVFS_TOOLS if absent), each serving a fresh tmpfs, alternating the two for N runs, and
 # prints one table of medians and ratios (ours / virtiofsd; higher is better for us on every
 # row: throughput rows are MB/s or ops/s, time rows are inverted) with the number of runs each
 # row had ours ahead, and one of each run's ratio (runs.md). Writes the table to

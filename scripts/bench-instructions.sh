@@ -57,7 +57,7 @@
 # instructions, callees excluded; libc's malloc and memcpy count as functions), per request,
 # from the same difference of the two runs. The callgrind files stay in DIR/instructions/.
 # Needs root (tmpfs mount) and valgrind 3.20 or later (openat2): on Debian 12, whose valgrind
-# is 3.19, Debian 13's package is unpacked (not installed) into .cache/tools/valgrind. Not
+# is 3.19, Debian 13's package is unpacked (not installed) into $UVFS_TOOLS/valgrind. Not
 # part of the test suite (about 3 minutes, plus a first build of target/callgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,7 +88,7 @@ valgrind_tools() {
         valgrind=valgrind annotate=callgrind_annotate
         return
     fi
-    local dir="$root/.cache/tools/valgrind"
+    local dir="$UVFS_TOOLS/valgrind"
     if [ ! -x "$dir/usr/bin/valgrind.bin" ]; then
         log "unpacking valgrind from Debian 13 into $dir (this system's is too old for openat2)"
         local apt="$dir/apt"

@@ -2,7 +2,7 @@
 # Benchmark union-virtiofsd (release build) and virtiofsd through vufs-bench on one tmpfs
 # directory, printing one combined table. union-virtiofsd runs with minfreespace=0: mergerfs's
 # 4G default floor would refuse creates on the 2G tmpfs. Extra arguments go to vufs-bench (e.g. --depth 32).
-# Needs root (tmpfs mount). Installs virtiofsd into .cache/tools/virtiofsd if absent.
+# Needs root (tmpfs mount). Installs virtiofsd 1.14 into $UVFS_TOOLS if absent (install_virtiofsd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -12,13 +12,8 @@ export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-1}"
 
 vfsd="${VIRTIOFSD:-}"
 if [[ -z "$vfsd" ]]; then
-    vfsd="$root/.cache/tools/virtiofsd/bin/virtiofsd"
-    if [[ ! -x "$vfsd" ]]; then
-        if ! dpkg -s libseccomp-dev libcap-ng-dev pkg-config >/dev/null 2>&1; then
-            apt-get update -qq && apt-get install -y -qq libseccomp-dev libcap-ng-dev pkg-config
-        fi
-        cargo install --locked virtiofsd --root "$root/.cache/tools/virtiofsd"
-    fi
+    scripts/install-deps.sh
+    vfsd=$(install_virtiofsd)
 fi
 
 nice cargo build --release --bin union-virtiofsd -p union-virtiofsd

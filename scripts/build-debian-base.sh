@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A minimal Debian (bookworm, debootstrap --variant=minbase) as a tar archive, the read-only
 # base layer of tests/e2e_cow_image.rs, and a small local package to install on it
-# (uvfs-hello, built with dpkg-deb). Cached in .cache/debian-base/; prints the directory.
+# (uvfs-hello, built with dpkg-deb). Cached in $UVFS_CACHE/debian-base/ (rebuilt when this
+# script changes); prints the directory.
 # Needs root and deb.debian.org (a package registry). About 30 s the first time.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-out="$UVFS_ROOT/.cache/debian-base"
-if [ -s "$out/base.tar" ] && [ -s "$out/uvfs-hello_1.0_all.deb" ] && [ "$out/base.tar" -nt "$0" ]; then
+out="$UVFS_CACHE/debian-base"
+key=$(cache_key "$0")
+if cache_fresh "$out/base.tar" "$key" && [ -s "$out/uvfs-hello_1.0_all.deb" ]; then
     log "cached: $out"
     echo "$out"
     exit 0
@@ -44,5 +46,6 @@ printf '#!/bin/sh\necho "hello from a copy-on-write layer"\n' >"$pkg/usr/bin/uvf
 echo "Public domain." >"$pkg/usr/share/doc/uvfs-hello/copyright"
 chmod 755 "$pkg/DEBIAN/postinst" "$pkg/usr/bin/uvfs-hello"
 dpkg-deb --root-owner-group --build "$pkg" "$out/uvfs-hello_1.0_all.deb" >&2
+cache_stamp "$out/base.tar" "$key"
 log "built $out"
 echo "$out"

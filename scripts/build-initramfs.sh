@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the generic test-guest initramfs (busybox-static + qemu/init, cpio newc, gzip) into
-# .cache/guest/initramfs.cpio.gz and prints its path on stdout (logs go to stderr).
+# $UVFS_GUEST_CACHE/initramfs.cpio.gz (scripts/lib.sh) and prints its path on stdout (logs go to stderr).
 #
 # One initramfs serves every scenario: a test appends a second, uncompressed cpio archive holding
 # /scenario.sh to it (the kernel unpacks concatenated archives in order), see qemu/run-guest.sh and
-# tests/support/guest.rs. Rebuilt only when qemu/init or busybox is newer than the cached image.
+# the guest test harness. Rebuilt only when the contents of qemu/init, busybox or this script change.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -18,7 +18,8 @@ file -L "$busybox" 2>/dev/null | grep -q 'dynamically linked' &&
     die "$busybox is dynamically linked: install busybox-static"
 command -v cpio >/dev/null || die "cpio missing: run scripts/install-deps.sh"
 
-if [ -s "$out" ] && [ "$out" -nt "$init" ] && [ "$out" -nt "$busybox" ] && [ "$out" -nt "$0" ]; then
+key=$(cache_key "$0" "$init" "$busybox")
+if cache_fresh "$out" "$key"; then
     log "cached: $out"
     echo "$out"
     exit 0
@@ -37,5 +38,6 @@ mkdir -p "$UVFS_GUEST_CACHE"
 (cd "$work" && find . -print0 | LC_ALL=C sort -z |
     cpio --null -o -H newc --owner=0:0 --quiet | gzip -9n) >"$out.tmp"
 mv "$out.tmp" "$out"
+cache_stamp "$out" "$key"
 log "built $out ($(stat -c %s "$out") bytes)"
 echo "$out"

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Installs the POSIX conformance suite pjdfstest (the Rust port, pinned, built by cargo into
-# .cache/pjdfstest/) and packs it for the test guest: an uncompressed cpio archive with the
+# $UVFS_TOOLS/pjdfstest/) and packs it for the test guest: an uncompressed cpio archive with the
 # binary, coreutils' sleep, the shared libraries they need (from ldd), /etc/passwd and /etc/group with the suite's
 # dummy users, and /etc/pjdfstest.toml. Appended to the generic initramfs by the tests
-# (qemu/run-guest.sh --extra-initrd). Prints the archive's path; rebuilt only when an input is
-# newer. Idempotent, no network once cached.
+# (qemu/run-guest.sh --extra-initrd). Prints the archive's path; rebuilt only when an input's
+# contents change. Idempotent, no network once cached.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 version=0.2.2
-root="$UVFS_ROOT/.cache/pjdfstest"
+root="$UVFS_TOOLS/pjdfstest"
 bin="$root/bin/pjdfstest"
 out="$UVFS_GUEST_CACHE/pjdfstest.cpio"
 conf="$UVFS_ROOT/qemu/pjdfstest"
@@ -20,8 +20,8 @@ if ! [ -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -q "$version"; then
     cargo install --quiet --locked pjdfstest --version "$version" --root "$root" >&2
 fi
 
-if [ -s "$out" ] && [ "$out" -nt "$bin" ] && [ "$out" -nt "$0" ] &&
-    [ -z "$(find "$conf" -newer "$out")" ]; then
+key=$(cache_key "$0" "$bin" /usr/bin/sleep "$conf"/*)
+if cache_fresh "$out" "$key"; then
     log "cached: $out"
     echo "$out"
     exit 0
@@ -44,5 +44,6 @@ install -m 644 "$conf/group" "$work/etc/group"
 install -m 644 "$conf/pjdfstest.toml" "$work/etc/pjdfstest.toml"
 mkdir -p "$UVFS_GUEST_CACHE"
 pack_cpio "$work" "$out"
+cache_stamp "$out" "$key"
 log "built $out ($(stat -c %s "$out") bytes)"
 echo "$out"

@@ -7,40 +7,39 @@
 # load, and the project's examples/guest_lock (fcntl record locks) and examples/guest_idmap
 # (idmapped mounts, running a command as a bare uid/gid). In the guest they are
 # under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
-# archive's path: .cache/guest/tools.cpio. Rebuilt when this script is newer.
+# archive's path: $UVFS_GUEST_CACHE/tools.cpio. Rebuilt when the contents of this script or of
+# a program it packs change.
 #   scripts/build-tools-initrd.sh stress
 # packs stress-ng (its lock stressors: tests/e2e_lock_waits.rs) the same way, on its own
-# (30 MB): .cache/guest/stress.cpio.
+# (30 MB): stress.cpio.
 #   scripts/build-tools-initrd.sh fio
 # packs fio (with --verify: the I/O load of tests/e2e_upgrade.rs) the same way:
-# .cache/guest/fio.cpio.
+# fio.cpio.
 #   scripts/build-tools-initrd.sh fsx
-# packs the fsx data-integrity exerciser (cargo install'ed into .cache/tools/fsx if absent),
+# packs the fsx data-integrity exerciser (cargo install'ed into $UVFS_TOOLS/fsx if absent),
 # qemu/fsx-all.toml, a mix with every operation it has, and qemu/fsx-odirect.c built as
 # /opt/tools/lib/fsx-odirect.so (LD_PRELOAD'ed, it opens fsx's file with O_DIRECT)
-# (tests/e2e_integrity.rs): .cache/guest/fsx.cpio.
+# (tests/e2e_integrity.rs): fsx.cpio.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
+# Files besides the programs whose contents go into the archive.
+inputs=()
 if [ "${1:-}" = stress ]; then
     out="$UVFS_GUEST_CACHE/stress.cpio"
-    newest=/usr/bin/stress-ng
     progs=(/usr/bin/stress-ng)
 elif [ "${1:-}" = fio ]; then
     out="$UVFS_GUEST_CACHE/fio.cpio"
-    newest=/usr/bin/fio
     progs=(/usr/bin/fio)
 elif [ "${1:-}" = fsx ]; then
     out="$UVFS_GUEST_CACHE/fsx.cpio"
-    newest="$UVFS_ROOT/.cache/tools/fsx/bin/fsx"
-    if [ ! -x "$newest" ]; then
-        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_ROOT/.cache/tools/fsx" >&2
+    fsx="$UVFS_TOOLS/fsx/bin/fsx"
+    if [ ! -x "$fsx" ]; then
+        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_TOOLS/fsx" >&2
     fi
-    progs=("$newest")
-    for f in "$UVFS_ROOT"/qemu/fsx-all.toml "$UVFS_ROOT"/qemu/fsx-odirect.c; do
-        if [ "$f" -nt "$out" ]; then rm -f "$out"; fi
-    done
+    progs=("$fsx")
+    inputs+=("$UVFS_ROOT/qemu/fsx-all.toml" "$UVFS_ROOT/qemu/fsx-odirect.c")
 else
     out="$UVFS_GUEST_CACHE/tools.cpio"
     # fcntl record locks and idmapped mounts: the project's examples/guest_lock.rs and
@@ -48,14 +47,14 @@ else
     cargo build --quiet --example guest_lock --example guest_idmap \
         --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
     examples="$(cargo_out debug)/examples"
-    newest=$(ls -t "$examples/guest_lock" "$examples/guest_idmap" | head -1)
     progs=("$examples/guest_lock" "$examples/guest_idmap" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
         /usr/bin/getfattr /usr/bin/setfattr /usr/bin/getfacl /usr/bin/setfacl)
 fi
 for p in "${progs[@]}"; do
     [ -x "$p" ] || die "$p missing: run scripts/install-deps.sh"
 done
-if [ -s "$out" ] && [ "$out" -nt "$0" ] && [ "$out" -nt "$newest" ]; then
+key=$(cache_key "$0" "${progs[@]}" "${inputs[@]}")
+if cache_fresh "$out" "$key"; then
     log "cached: $out"
     echo "$out"
     exit 0
@@ -77,5 +76,6 @@ fi
 copy_libs "$work" "${progs[@]}"
 mkdir -p "$UVFS_GUEST_CACHE"
 pack_cpio "$work" "$out"
+cache_stamp "$out" "$key"
 log "built $out ($(stat -c %s "$out") bytes)"
 echo "$out"

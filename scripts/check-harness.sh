@@ -6,7 +6,7 @@
 #
 #   VIRTIOFSD=/path/to/virtiofsd scripts/check-harness.sh
 # virtiofsd defaults to the one on PATH; install it with
-#   cargo install virtiofsd --root .cache/tools   (needs libseccomp-dev libcap-ng-dev pkg-config)
+#   cargo install virtiofsd --root ~/.cache/union-virtiofsd/tools/virtiofsd   (needs libseccomp-dev libcap-ng-dev pkg-config)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"

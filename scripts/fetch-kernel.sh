@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads the Debian cloud kernel used by the real-guest tests and caches its vmlinuz under
-# .cache/guest/kernel-SUITE/. Prints the path of the cached vmlinuz on stdout (logs go to stderr).
+# $UVFS_GUEST_CACHE/kernel-SUITE/ (scripts/lib.sh). Prints the path of the cached vmlinuz on stdout (logs go to stderr).
 #
 #   scripts/fetch-kernel.sh                         # bookworm-backports (6.12)
 #   GUEST_KERNEL_SUITE=trixie-backports scripts/fetch-kernel.sh

@@ -3,9 +3,11 @@
 # sessions through the daemon's request routing over tmpfs branches), `chain` (descriptor-chain
 # layouts) and `options` (command lines and -o strings through the config layer).
 #   scripts/fuzz.sh [--runs N] [--seconds S] [TARGET...]
-# Builds once with the nightly toolchain (ASan, debug assertions) into .cache/fuzz/build, then
+# Builds with the nightly toolchain (ASan, debug assertions) into $UVFS_CACHE/fuzz/build (outside
+# the clone, so that a fresh clone rebuilds only this crate, not its dependencies), then
 # runs each target for N executions (default 1,000,000; --seconds stops it earlier) with a
-# fixed seed (-seed=1) on its corpus .cache/fuzz/<target>, which also reads fuzz/seeds/<target>
+# fixed seed (-seed=1) on its corpus .cache/fuzz/<target> in the clone (a fresh clone starts
+# from the seeds: the same run every time), which also reads fuzz/seeds/<target>
 # and fuzz/regressions/<target>. Prints one line per target (executions, exec/s, libFuzzer's
 # cov/ft, crash files written to .cache/fuzz/artifacts/<target>/) and exits non-zero if any
 # target crashed. Findings listed in fuzz/known.txt (reported, not fixed yet) are let through.
@@ -34,10 +36,10 @@ for t in "${targets[@]}"; do
     [ -f "fuzz/fuzz_targets/$t.rs" ] || die "no fuzz target $t (fuzz/fuzz_targets/)"
 done
 
-# install_cargo_fuzz: cargo-fuzz 0.13.2 (cargo install'ed into .cache/tools once); prints the
+# install_cargo_fuzz: cargo-fuzz 0.13.2 (cargo install'ed into $UVFS_TOOLS once); prints the
 # directory holding it.
 install_cargo_fuzz() {
-    local root="$UVFS_ROOT/.cache/tools/cargo-fuzz"
+    local root="$UVFS_TOOLS/cargo-fuzz"
     if [ ! -x "$root/bin/cargo-fuzz" ]; then
         cargo install --locked cargo-fuzz --version 0.13.2 --root "$root" >&2
     fi
@@ -47,7 +49,7 @@ install_cargo_fuzz() {
 PATH="$(install_cargo_fuzz):$PATH"
 rustup run nightly rustc --version >/dev/null 2>&1 ||
     rustup toolchain install nightly --profile minimal >&2
-build="$UVFS_ROOT/.cache/fuzz/build"
+build="$UVFS_CACHE/fuzz/build"
 t0=$SECONDS
 cargo +nightly fuzz build --fuzz-dir fuzz --debug-assertions --target-dir "$build" >&2
 log "build: $((SECONDS - t0)) s"

@@ -3,7 +3,13 @@
 # Sourced, never executed; must not change the caller's shell options or working directory.
 
 UVFS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-UVFS_GUEST_CACHE="${UVFS_GUEST_CACHE:-$UVFS_ROOT/.cache/guest}"
+# What the scripts build or download once and reuse (guest kernels and archives, virtiofsd and
+# the other tools, the fuzz build, the Debian base): outside the clone, so that a fresh clone on
+# a machine that has run the tests before reuses them. Each entry is recreated when absent and
+# rebuilt when its inputs' contents change (cache_key below), never trusted by age alone.
+UVFS_CACHE="${UVFS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/union-virtiofsd}"
+UVFS_GUEST_CACHE="${UVFS_GUEST_CACHE:-$UVFS_CACHE/guest}"
+UVFS_TOOLS="$UVFS_CACHE/tools"
 
 # log MSG...: progress goes to stderr so stdout stays free for results (paths).
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
@@ -45,6 +51,33 @@ apt_update_once() {
     fi
 }
 
+# cache_key WORD|FILE...: a digest of what a cached artifact is made from: each FILE's contents
+# (or the WORD itself when it names no file: a version, a package list). Kept next to the
+# artifact (cache_stamp) and compared on the next run (cache_fresh): a fresh clone's files are
+# all newer than any cache, so modification times cannot tell whether an input changed.
+cache_key() {
+    local a
+    for a in "$@"; do
+        if [ -f "$a" ]; then
+            printf '%s\n' "$a"
+            cat "$a"
+        else
+            printf 'word %s\n' "$a"
+        fi
+    done | sha256sum | cut -d' ' -f1
+}
+
+# cache_fresh OUT KEY: true when OUT exists (non-empty) and was made from inputs with this KEY.
+cache_fresh() {
+    [ -s "$1" ] && [ "$(cat "$1.key" 2>/dev/null)" = "$2" ]
+}
+
+# cache_stamp OUT KEY: records that OUT was made from inputs with this KEY.
+cache_stamp() {
+    printf '%s\n' "$2" >"$1.key.tmp"
+    mv "$1.key.tmp" "$1.key"
+}
+
 # cargo_out PROFILE: the directory of this workspace's PROFILE (debug, release) binaries and
 # examples. .cargo/config.toml names the host's target (for the static link), so cargo puts
 # them under target/<triple>/ (or $CARGO_TARGET_DIR/<triple>/).
@@ -71,18 +104,18 @@ pack_cpio() {
     mv "$2.tmp" "$2"
 }
 
-# install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into .cache/tools
-# once); prints its path.
+# install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into
+# $UVFS_TOOLS/virtiofsd once); prints its path.
 install_virtiofsd() {
-    local vfsd="$UVFS_ROOT/.cache/tools/virtiofsd/bin/virtiofsd"
+    local vfsd="$UVFS_TOOLS/virtiofsd/bin/virtiofsd"
     if [ ! -x "$vfsd" ]; then
-        cargo install --locked virtiofsd --version 1.14.0 --root "$UVFS_ROOT/.cache/tools/virtiofsd" >&2
+        cargo install --locked virtiofsd --version 1.14.0 --root "$UVFS_TOOLS/virtiofsd" >&2
     fi
     echo "$vfsd"
 }
 
 # bench_tools: what the guest benchmarks share. virtiofsd 1.14 (cargo install'ed into
-# .cache/tools if absent), fio, this daemon's release build, and the guest archive with fio,
+# $UVFS_TOOLS if absent), fio, this daemon's release build, and the guest archive with fio,
 # coreutils' date and a source tree (about 2,000 headers from /usr/include) under /opt/bench.
 # Sets vfsd, ours and bench_cpio. UVFS_DAEMON=PATH benchmarks that binary instead of a copy of
 # the tree's release build (another build of this daemon, for an A/B comparison).
@@ -98,13 +131,15 @@ bench_tools() {
         # its output through a mapping, which leaves it in the page cache as 4 KiB pages, where
         # a copied binary (or one read from disk) sits in large folios, and a fault on its code
         # maps the whole folio: the same binary started 0.8 MiB larger from a copy.
-        ours="$UVFS_ROOT/.cache/tools/union-virtiofsd/union-virtiofsd"
+        ours="$UVFS_TOOLS/union-virtiofsd/union-virtiofsd"
         mkdir -p "${ours%/*}"
         cp "$(cargo_out release)/union-virtiofsd" "$ours.tmp"
         mv "$ours.tmp" "$ours"
     fi
     bench_cpio="$UVFS_GUEST_CACHE/bench.cpio"
-    if [ ! -s "$bench_cpio" ] || [ "$bench_cpio" -ot "${BASH_SOURCE[0]}" ]; then
+    local key
+    key=$(cache_key "${BASH_SOURCE[0]}" /usr/bin/fio /usr/bin/date)
+    if ! cache_fresh "$bench_cpio" "$key"; then
         local w p
         w=$(mktemp -d)
         chmod 755 "$w"
@@ -112,7 +147,9 @@ bench_tools() {
         for p in /usr/bin/fio /usr/bin/date; do install -m 755 "$p" "$w/opt/bench/bin/"; done
         copy_libs "$w" /usr/bin/fio /usr/bin/date
         tar -C /usr/include -cf "$w/opt/bench/tree.tar" linux asm-generic x86_64-linux-gnu
+        mkdir -p "$UVFS_GUEST_CACHE"
         pack_cpio "$w" "$bench_cpio"
+        cache_stamp "$bench_cpio" "$key"
         rm -rf "$w"
     fi
 }
