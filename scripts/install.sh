@@ -10,8 +10,8 @@
 #
 # --binary uses an already built daemon instead of `cargo build --release`. --as-virtiofsd also
 # makes PREFIX/libexec/virtiofsd point at it (mkosi and virtme-ng look for that name), unless a
-# real virtiofsd is installed there. The man page and completions come from the clap
-# definitions (examples/gen_docs.rs).
+# real virtiofsd is installed there. The man page and completions are printed by the binary
+# itself (`union-virtiofsd man`, `union-virtiofsd completions SHELL`).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -37,7 +37,10 @@ fi
 root="$destdir$prefix"
 docs=$(mktemp -d)
 trap 'rm -rf "$docs"' EXIT
-cargo run --quiet --example gen_docs -- "$docs"
+"$binary" man >"$docs/union-virtiofsd.1"
+"$binary" completions bash >"$docs/union-virtiofsd.bash"
+"$binary" completions zsh >"$docs/_union-virtiofsd"
+"$binary" completions fish >"$docs/union-virtiofsd.fish"
 
 install -D -m 755 "$binary" "$root/libexec/union-virtiofsd"
 mkdir -p "$root/bin"

@@ -605,6 +605,21 @@ pub enum CtlCommand {
     Keys,
 }
 
+/// The command lines `union-virtiofsd man` and `union-virtiofsd completions SHELL`: the
+/// documentation the binary carries, so that a package needs no cargo to make it.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "union-virtiofsd", bin_name = "union-virtiofsd", version)]
+pub enum DocsArgs {
+    /// Print the man page (roff, section 1) on standard output.
+    Man,
+    /// Print SHELL's completion script on standard output.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
 /// mergerfs's per-file queries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CtlQuery {

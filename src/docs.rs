@@ -1,10 +1,57 @@
 //! The man page and shell completions, generated from the clap definitions (so they never
-//! drift from `--help`). Used by `examples/gen_docs.rs` and `scripts/install.sh`.
+//! drift from `--help`), and the subcommands that print them (`union-virtiofsd man`,
+//! `union-virtiofsd completions SHELL`: what packages install). Never exits by itself.
 
-use clap::CommandFactory;
+use std::ffi::OsString;
+use std::io::{self, Write};
+
+use clap::{CommandFactory, Parser};
 use clap_complete::Shell;
 
-use crate::args::Args;
+use crate::args::{Args, DocsArgs};
+
+/// Whether `argv` (the whole command line) asks for `man` or `completions`.
+pub fn wanted(argv: &[OsString]) -> bool {
+    argv.get(1)
+        .is_some_and(|a| a == "man" || a == "completions")
+}
+
+/// Runs `union-virtiofsd man|completions …` with the whole command line; the exit status (0,
+/// or 2 with one line on stderr for a bad command line or an output that cannot be written).
+pub fn run(argv: Vec<OsString>) -> u8 {
+    let text = match DocsArgs::try_parse_from(argv) {
+        Ok(DocsArgs::Man) => man_page(),
+        Ok(DocsArgs::Completions { shell }) => Ok(completions(shell)),
+        Err(e) if !e.use_stderr() => {
+            // --help, --version.
+            let _ = e.print();
+            return 0;
+        }
+        Err(e) => {
+            let _ = writeln!(
+                io::stderr(),
+                "union-virtiofsd: {}",
+                crate::ctl::cli::usage_error(&e)
+            );
+            return 2;
+        }
+    };
+    let mut stdout = io::stdout().lock();
+    match text
+        .and_then(|t| stdout.write_all(&t))
+        .and_then(|()| stdout.flush())
+    {
+        // A reader that stops early (`| head`) is no error.
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            let _ = writeln!(
+                io::stderr(),
+                "union-virtiofsd: cannot write the output: {e}"
+            );
+            2
+        }
+        _ => 0,
+    }
+}
 
 fn command() -> clap::Command {
     Args::command().after_help(crate::config::registry::help_text())

@@ -34,6 +34,9 @@ fn main() -> ExitCode {
     if union_virtiofsd::ctl::cli::wanted(&argv) {
         return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));
     }
+    if union_virtiofsd::docs::wanted(&argv) {
+        return ExitCode::from(union_virtiofsd::docs::run(argv));
+    }
     let help = union_virtiofsd::config::registry::help_text();
     let matches = Args::command().after_help(help).get_matches();
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

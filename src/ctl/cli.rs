@@ -34,15 +34,7 @@ pub fn run(argv: impl IntoIterator<Item = OsString>) -> u8 {
             return EXIT_OK;
         }
         Err(e) => {
-            // clap's message is its first paragraph; the usage after it is left out.
-            let text = e.render().to_string();
-            let words: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            let message = words.join(" ");
-            fail(message.strip_prefix("error: ").unwrap_or(&message));
+            fail(&usage_error(&e));
             return EXIT_ERROR;
         }
     };
@@ -64,6 +56,21 @@ pub fn run(argv: impl IntoIterator<Item = OsString>) -> u8 {
             EXIT_ERROR
         }
     }
+}
+
+/// clap's message as one line: its first paragraph, without the usage after it.
+pub fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let words: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let message = words.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_owned()
 }
 
 /// One line on stderr.
