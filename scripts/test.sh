@@ -1,52 +1,114 @@
 #!/usr/bin/env bash
-# The project's test command: installs host dependencies, prepares the guest kernel and initramfs
-# (cached in .cache/guest/), then runs every test, the real-guest e2e tests included.
-#   scripts/test.sh [extra cargo test args]
+# The project's test command, in two tiers.
+#   scripts/test.sh [--quick] [TESTNAME-FILTER ...]
+#
+# --quick: what needs no guest, no libvirt and no nightly toolchain: the unit tests, the
+#   filesystem-level tests (tests/fs), the protocol tests over the vhost-user socket
+#   (tests/protocol), the daemon as a process (tests/cli: command line, control socket, life
+#   cycle, confinement, syslog) and the differential tests against a real mergerfs mount
+#   (tests/mergerfs). A few minutes once the dependencies are built.
+# Without --quick, the full suite (.ci/run calls this): the release build as it ships (static,
+#   whole-program LTO) checked for how it is linked, its Debian package installed and serving
+#   a guest (scripts/check-package.sh), the fuzzers' short fixed-seed pass, the quick tier, and
+#   the real-guest tests (tests/guest, QEMU TCG, libvirt) against that release build.
+#   Nothing is skipped: a missing QEMU, kernel or tool is a failure.
+#
+# Host packages come from scripts/install-deps.sh; the guest kernels, archives and tools are
+# cached under $UVFS_CACHE (scripts/lib.sh; ~/.cache/union-virtiofsd), outside the clone, and
+# rebuilt when their inputs change. Every step's time is logged, and listed again at the end.
+# The last line of standard output sums every test binary's result: "N passed, N failed".
+# Other arguments go to the test binaries as name filters (e.g. `scripts/test.sh --quick
+# cow::`); one guest test alone: `cargo test --test guest upgrade::` (README, Tests).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 cd "$UVFS_ROOT"
 
-timed() { local t0=$SECONDS; "$@"; log "$(basename "$1"): $((SECONDS - t0)) s"; }
-timed scripts/install-deps.sh
-timed scripts/fetch-kernel.sh >/dev/null
-# A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.
-GUEST_KERNEL_SUITE=trixie-backports timed scripts/fetch-kernel.sh >/dev/null
-timed scripts/build-initramfs.sh >/dev/null
-# The POSIX conformance suite, packed for the guest (tests/e2e_pjdfstest.rs).
-timed scripts/build-pjdfstest-initrd.sh >/dev/null
-# flock, cp, sync, stat and xfs_io for the guest (tests/e2e_ops.rs).
-timed scripts/build-tools-initrd.sh >/dev/null
-# stress-ng for the guest (tests/e2e_lock_waits.rs).
-timed scripts/build-tools-initrd.sh stress >/dev/null
-# fsx for the guest (tests/e2e_integrity.rs).
-timed scripts/build-tools-initrd.sh fsx >/dev/null
-# virtiofsd 1.14, the reference the migration tests hold the daemon to (tests/e2e_migration.rs).
-timed install_virtiofsd >/dev/null
-# A minimal Debian as the read-only base of the copy-on-write image test (tests/e2e_cow_image.rs).
-timed scripts/build-debian-base.sh >/dev/null
-# The release build as it ships (static, whole-program LTO; the tests below build without LTO):
-# linked as it should be, then the guest tests of the union and of file-handle nodes again
-# against it (tests/support/guest.rs runs $UVFS_DAEMON).
-release=$(timed scripts/check-static.sh)
-# A short fixed-seed pass of each fuzz target (its nightly build cached in .cache/fuzz/build).
-# Before the tests, so that their summary stays the closing line; a crash fails the run.
-fuzz_rc=0
-t0=$SECONDS
-scripts/fuzz.sh --runs 10000 || fuzz_rc=$?
-log "fuzz.sh: $((SECONDS - t0)) s"
-# The closing line sums every test binary's result (cargo's own last line is that of the
-# doc-tests, which hold none): "N passed, N failed".
+quick=0
+if [ "${1:-}" = --quick ]; then
+    quick=1
+    shift
+fi
+
+# The tiers' test targets (Cargo.toml's workspace; tests/<name>/main.rs).
+quick_targets=(--workspace --lib --bins --examples --test fs --test protocol --test cli --test mergerfs)
+guest_targets=(--workspace --test guest)
+
+steps=$(mktemp)
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-set +e
-cargo test --workspace --all-targets "$@" 2>&1 | tee "$out"
-rc=${PIPESTATUS[0]}
-UVFS_DAEMON=$release cargo test --test e2e_guest --test e2e_nodes "$@" 2>&1 | tee -a "$out"
-release_rc=${PIPESTATUS[0]}
-[ "$rc" -ne 0 ] || rc=$release_rc
-set -e
+trap 'rm -f "$out" "$steps"' EXIT
+# timed NAME CMD...: runs CMD, logs and records (in a file: command substitutions run it in a
+# subshell) how long it took.
+timed() {
+    local name=$1 t0=$SECONDS rc=0
+    shift
+    "$@" || rc=$?
+    printf '%-34s %5d s%s\n' "$name" $((SECONDS - t0)) "$([ $rc -eq 0 ] || echo "  (exit $rc)")" >>"$steps"
+    log "$name: $((SECONDS - t0)) s"
+    return $rc
+}
+
+timed install-deps scripts/install-deps.sh
+if [ $quick -eq 0 ]; then
+    timed "guest kernel (bookworm-backports)" scripts/fetch-kernel.sh >/dev/null
+    # A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.
+    GUEST_KERNEL_SUITE=trixie-backports timed "guest kernel (trixie-backports)" \
+        scripts/fetch-kernel.sh >/dev/null
+    timed "guest initramfs" scripts/build-initramfs.sh >/dev/null
+    # The POSIX conformance suite, packed for the guest (tests/guest/pjdfstest.rs).
+    timed "guest pjdfstest archive" scripts/build-pjdfstest-initrd.sh >/dev/null
+    # flock, cp, sync, stat, xfs_io, ... for the guest (tests/guest/ops.rs and others).
+    timed "guest tools archive" scripts/build-tools-initrd.sh >/dev/null
+    # stress-ng for the guest (tests/guest/lock_waits.rs).
+    timed "guest stress-ng archive" scripts/build-tools-initrd.sh stress >/dev/null
+    # fio for the guest (tests/guest/upgrade.rs).
+    timed "guest fio archive" scripts/build-tools-initrd.sh fio >/dev/null
+    # fsx for the guest (tests/guest/integrity.rs).
+    timed "guest fsx archive" scripts/build-tools-initrd.sh fsx >/dev/null
+    # virtiofsd 1.14, the reference the guest tests hold the daemon to.
+    UVFS_VIRTIOFSD=$(timed "virtiofsd 1.14" install_virtiofsd)
+    export UVFS_VIRTIOFSD
+    # A minimal Debian as the read-only base of the copy-on-write image test.
+    timed "Debian base" scripts/build-debian-base.sh >/dev/null
+    # The release build as it ships (static, whole-program LTO), checked for how it is linked;
+    # the guest tests below run it (testkit's daemon_binary reads $UVFS_DAEMON).
+    release=$(timed "release build + static check" scripts/check-static.sh)
+    # The Debian package built from it, installed with dpkg -i, its unit's command line serving
+    # a guest, then purged (scripts/check-package.sh).
+    timed "package: build, install, boot, purge" scripts/check-package.sh >/dev/null
+    # A short fixed-seed pass of each fuzz target; a crash fails the run (below, so that the
+    # tests' summary stays the closing line).
+    fuzz_rc=0
+    timed "fuzz (10,000 runs per target)" scripts/fuzz.sh --runs 10000 || fuzz_rc=$?
+fi
+
+# cargo_test NAME ARGS...: one tier's `cargo test`, its output shown and kept for the summary.
+cargo_test() {
+    local name=$1 rc=0
+    shift
+    timed "$name" cargo test "$@" > >(tee -a "$out") 2>&1 || rc=$?
+    wait $!
+    return "$rc"
+}
+
+rc=0
+build=("${quick_targets[@]}")
+[ $quick -eq 1 ] || build+=(--test guest)
+timed "build the tests" cargo test --no-run "${build[@]}" || rc=$?
+if [ $rc -eq 0 ]; then
+    cargo_test "tests: quick tier" "${quick_targets[@]}" -- "$@" || rc=$?
+    if [ $quick -eq 0 ]; then
+        export UVFS_DAEMON=$release
+        cargo_test "tests: guest tier (release build)" \
+            "${guest_targets[@]}" -- "$@" || rc=$?
+    fi
+fi
+# Each binary's own summary, then the sum: cargo's own last line is that of the doc-tests.
+grep -E '^ *Running |^test result: ' "$out" | sed 's/^ *//' >&2 || true
 sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
     awk '{p += $1; f += $2} END {printf "%d passed, %d failed\n", p, f}'
-[ "$rc" -ne 0 ] || rc=$fuzz_rc
+echo "=== scripts/test.sh: time per step ===" >&2
+cat "$steps" >&2
+[ $quick -eq 1 ] || [ "$rc" -ne 0 ] || rc=$fuzz_rc
+[ $quick -eq 1 ] || [ "$fuzz_rc" -eq 0 ] || log "the fuzz pass failed (above)"
 exit "$rc"
