@@ -5,17 +5,13 @@
 //! daemon's own descriptor directory, and it serves), and the unprivileged daemon in a user
 //! namespace with virtiofsd's --uid-map/--gid-map.
 
-#[path = "support/proc.rs"]
-mod proc;
-#[path = "support/users.rs"]
-mod users;
-
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use proc::{daemon, sandboxed_child, status_field, wait_exit, wait_socket};
+use testkit::proc::{daemon, sandboxed_child, status_field, wait_exit, wait_socket};
+use testkit::users;
 use vufs_frontend::{ops, ConnectOptions, Device};
 
 /// The bit of capability number `n` in a /proc/PID/status mask.

@@ -3,11 +3,6 @@
 //! errors as one line and exit 2, reading and changing options, branch edits carrying
 //! descriptors, and a daemon that shrugs off broken clients.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/daemon.rs"]
-mod daemon;
-
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
@@ -15,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use daemon::{Daemon, BIN};
+use testkit::bin::daemon_path;
+use testkit::ctl;
+use testkit::daemon::Daemon;
 
 /// The control socket of `d`, once it is there.
 fn ctl_path(d: &Daemon) -> PathBuf {
@@ -264,7 +261,7 @@ fn upgrade_case(sandbox: &str) {
 
     let log_path = d.tmp.path().join("run/new.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut new = Command::new(BIN)
+    let mut new = Command::new(daemon_path())
         .arg("--socket-path")
         .arg(d.socket())
         .arg("--branch")

@@ -4,18 +4,12 @@
 //! `--translate-uid/--translate-gid`. In each, guest root and a guest user make, change and
 //! remove files, and the test reads on the host who owns what was made.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-#[path = "support/users.rs"]
-mod users;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+use testkit::{guest, users};
 
 /// What the guest does in every mode: as root and as user `u` (1000), create, write, chmod,
 /// link, rename, list and remove; a file made on the host is read back. Prints the ids the

@@ -9,18 +9,14 @@
 //! exactly the tree the guest listed (names, types, modes, owners, and the contents of the
 //! changed areas).
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// What `find` prints for each entry, and which files get a checksum: the same command runs
 /// in the guest (on /) and on the host (on the overlayfs mount).

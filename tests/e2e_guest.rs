@@ -3,23 +3,15 @@
 //! and initramfs (scripts/install-deps.sh, fetch-kernel.sh, build-initramfs.sh); fails, never
 //! skips, without them.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-#[path = "support/tree.rs"]
-mod tree;
-#[path = "support/union_case.rs"]
-mod union_case;
-
 use std::fs;
 
-use guest::{Backend, Guest, GuestRun, Mode};
+use testkit::guest::{Backend, Guest, GuestRun, Mode};
+use testkit::{guest, tmpfs, union_case};
 
 #[test]
 fn union_semantics_in_guest() {
     let br = union_case::branches();
-    let b_before = union_case::snapshot_b(&br);
+    let b_before = testkit::tree::snapshot(br.b.path());
     // mergerfs 2.33's path-preserving default create policy, which the scenario was checked
     // against; no free-space floor, so the result does not depend on the host disk.
     let opts = ["-o", "category.create=epmfs,minfreespace=0"];

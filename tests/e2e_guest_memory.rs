@@ -8,17 +8,11 @@
 //! daemon releases every 10 ms while two copies run at once, so that pages go while workers
 //! copy into them.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/proc.rs"]
-mod proc;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::fs;
 use std::time::{Duration, Instant};
 
-use guest::{Backend, Guest, Mode, Reaper};
+use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::{guest, proc, tmpfs};
 
 /// MiB the guest copies each way.
 const DATA_MIB: u64 = 32;

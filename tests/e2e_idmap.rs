@@ -9,16 +9,12 @@
 //! something (mknod, mkdir, symlink, create, link... through any mount); every other request
 //! carries uid and gid -1 (`FUSE_INVALID_UIDGID`), idmapped mount or not.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use guest::{Backend, Guest, GuestRun, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, GuestRun, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Debian suite of the guest kernel: virtio-fs accepts idmapped mounts from Linux 6.12 on, so
 /// the default (bookworm-backports, 6.12) will do; trixie-backports' 7.3 passes the same.

@@ -7,15 +7,11 @@
 //! on three. Fixed seeds, so a failure reruns the same operations. And stress-ng's whole
 //! filesystem class with `--verify`.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Operations per fsx run.
 const OPS: u32 = 10_000;

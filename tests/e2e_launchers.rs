@@ -5,20 +5,13 @@
 //! small Python wrapper that binds, listens, moves the socket to the fd number the launcher
 //! uses and execs the daemon, as libvirt, kata and mkosi do.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/users.rs"]
-mod users;
-
-#[path = "support/signal.rs"]
-mod signal;
-
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guest::{Backend, Guest, GuestRun};
+use testkit::guest::{Backend, Guest, GuestRun};
+use testkit::{guest, signal, users};
 
 const HOST_TEXT: &str = "hello from the host";
 

@@ -8,14 +8,13 @@
 //! loaded by the one libvirt starts for the restore). libvirtd and virtlogd are started by hand
 //! (no systemd) when not running.
 
-#[path = "support/guest.rs"]
-mod guest;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use testkit::guest;
 
 const URI: &str = "qemu:///system";
 

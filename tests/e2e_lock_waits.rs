@@ -4,18 +4,12 @@
 //! process end by the daemon's word (the guest's virtio-fs driver never interrupts a request,
 //! so nothing else could end them).
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+use testkit::{guest, hostlocks};
 
 /// How long each stressor runs, and how much longer than that it may take before it counts
 /// as hung: the default `lock-timeout` (10 s) ends the wait of a lockf child whose parent

@@ -5,18 +5,12 @@
 //! guest and a host process see each other's locks in both directions. The parties
 //! wait for each other through files in the share, always with a deadline.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+use testkit::{guest, hostlocks};
 
 /// Scenario helper: wait (up to 60 s) until a file exists in the share.
 const WAIT_FOR: &str = r#"export PATH=/opt/tools/bin:$PATH

@@ -12,25 +12,15 @@
 //! directory to a [`Backend`]) and runs against union-virtiofsd and, as the reference, against
 //! virtiofsd 1.14.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-#[path = "support/migrate.rs"]
-mod migrate;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use guest::{Backend, Guest};
-use migrate::{MigrationRun, Outcome, Plan, Side};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest};
+use testkit::migrate::{MigrationRun, Outcome, Plan, Side};
+use testkit::tmpfs::Tmpfs;
+use testkit::{guest, hostlocks, migrate, tree};
 
 /// Builds a backend that serves one host directory (both sides serve the same one).
 type BuildBackend = fn(&Path) -> Backend;
@@ -905,7 +895,7 @@ fn virtiofsd_abort_without_return_path_is_resumed_on_the_source() {
         run.query_migrate
             .as_ref()
             .and_then(|q| q.get("status"))
-            .and_then(migrate::Json::as_str),
+            .and_then(testkit::qmp::Json::as_str),
         Some("completed"),
         "the source alone should have called it completed: {t}"
     );

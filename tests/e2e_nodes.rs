@@ -4,17 +4,11 @@
 //! rename keep working while their nodes are closed and reopened, in every
 //! `--inode-file-handles` mode.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+use testkit::{guest, tree};
 
 /// `extra` daemon arguments at info level (debug logs every request).
 fn backend(t: &Tmpfs, extra: &[&str]) -> Backend {

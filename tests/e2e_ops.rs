@@ -4,13 +4,9 @@
 //! two tmpfs branches), `chattr`/`lsattr` (IOCTL), `xfs_io -T` then `flink` (TMPFILE, then
 //! LINK of the unnamed node), and the daemon's log shows each opcode served without an error.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Whether the daemon's debug log shows a request with `opcode` answered without an error.
 fn served(log: &str, opcode: u32) -> bool {

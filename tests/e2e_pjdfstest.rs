@@ -6,15 +6,11 @@
 //! suite skips, `link::link_count_max`, needs a LINK_MAX that FUSE does not report ([`EXPECTED_SKIPS`]).
 //! Any other skip fails.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Cases the suite itself skips in this guest, by name prefix, with the reason it prints.
 const EXPECTED_SKIPS: &[(&str, &str)] = &[("link::link_count_max", "LINK_MAX")];

@@ -1,16 +1,12 @@
 //! mergerfs policies through a real QEMU guest: tmpfs branches of different sizes on the host,
 //! the guest's own file operations, and the host checking which branch received what.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::fs;
 use std::process::Command;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 fn holders(b: &[&Tmpfs], rel: &str) -> Vec<usize> {
     (0..b.len())

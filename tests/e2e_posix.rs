@@ -5,20 +5,16 @@
 //! (a directory's times change when an entry is made in its copy on another branch; rmdir of
 //! a directory that is empty on one branch only answers ENOTEMPTY and removes nothing).
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-use guest::{Backend, Guest, Mode};
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
 
 /// Scenario lines that make guest user `u` (uid/gid 1000) for `su u -c …`.
 const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
 echo "u:x:1000:" >>/etc/group"#;
-use tmpfs::Tmpfs;
+use testkit::tmpfs::Tmpfs;
 
 #[test]
 fn open_unlinked_files_hard_links_renames_and_device_nodes_in_guest() {

@@ -14,17 +14,13 @@
 //! entry writes, one denied by an entry (`u:1000:---`) on a 0666 file neither reads nor writes,
 //! nor creates in a 0777 directory denying it so.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Guest user `u` (uid/gid 1000) for `su u -c …`.
 const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd

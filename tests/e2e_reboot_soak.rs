@@ -7,20 +7,12 @@
 //! the first boot's count (but for the new session's first files), no lock is left, and
 //! memory does not grow with the boots.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-#[path = "support/proc.rs"]
-mod proc;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use guest::{Backend, Guest, Mode, Reaper};
+use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::{guest, hostlocks, proc, tmpfs};
 
 /// Boots after the first (each ending in a reset); `UVFS_SOAK_RESETS` sets fewer for a quick
 /// look (at least 6).

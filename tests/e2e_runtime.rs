@@ -6,20 +6,14 @@
 //! on the host. And the refusals of branch edits that cannot be made (the errors that
 //! tests/ctl.rs does not already cover), through the real binary without a guest.
 
-#[path = "support/ctl.rs"]
-mod ctl;
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use guest::{Backend, Guest, Mode, Reaper};
-use tmpfs::Tmpfs;
+use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::tmpfs::Tmpfs;
+use testkit::{ctl, guest};
 
 /// The options under test: `mfs` with a floor small enough for 16M branches, names cached for
 /// a second and missing names not at all (so the guest sees the host's flag files at once).

@@ -13,17 +13,13 @@
 //! has it, and `type_transition` rules that give each kind of new object a type of its own, so
 //! a label seen on the host can only have come from the guest's policy.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// A minimal non-MLS SELinux policy (checkpolicy's policy.conf language). Classes the kernel
 /// knows and the policy does not are allowed (`checkpolicy -U allow`). Everything runs as

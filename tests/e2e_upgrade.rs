@@ -9,19 +9,13 @@
 //! up, and the old one goes on serving. And the refusals without a guest: no front-end yet,
 //! `--upgrade` with `--fd`, no daemon at all.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-#[path = "support/migrate.rs"]
-mod migrate;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use guest::{Backend, Guest, Mode, Reaper};
+use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::{guest, hostlocks, migrate};
 
 /// The guest: locks, an open file and a working directory in the share, then rounds of fio
 /// (4 MiB of random 4 KiB writes, each block verified by CRC) until the host makes

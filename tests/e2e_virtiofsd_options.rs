@@ -20,16 +20,12 @@
 //! `user.*` name reads as absent (ENODATA) and cannot be set (EPERM), and the list is the
 //! same.
 
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use guest::{Backend, Guest, Mode};
-use tmpfs::Tmpfs;
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Guest user `u` (uid/gid 1000) for `su u -c …`.
 const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd

@@ -12,22 +12,18 @@
 //! `unsupported`'s ENOTSUP, ACL names refused before and after mapping, and a renamed
 //! capability cleared by the daemon itself on each change that clears the real one.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-#[path = "support/guest.rs"]
-mod guest;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::path::Path;
 use std::process::Command;
 
-use fsharness::{c, ctx, errno_of, walk, Tmpfs};
 use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
 use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply};
-use guest::{Backend, Guest, Mode};
 use rustix::fs::XattrFlags;
 use std::os::unix::fs::MetadataExt;
+use testkit::errno::errno_of;
+use testkit::fsharness::{c, ctx, walk};
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+use testkit::{fsharness, guest, tree};
 use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::xattrmap::XattrMap;
 use union_virtiofsd::fs::{FsConfig, UnionFs};

@@ -4,14 +4,11 @@
 //! descriptors returned on RELEASE), and a branch probe that fails for lack of descriptors
 //! reports EMFILE, never "no such file". Its own test binary: it changes the process's open-file limit.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 
-use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;
 
 fn set_soft_nofile(n: u64) {

@@ -3,14 +3,12 @@
 //! files that outlive their branch, options changed for later requests, mergerfs's errnos,
 //! and the per-file queries.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 use std::os::fd::OwnedFd;
 
-use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;
 
 fn no_dirs() -> Vec<OwnedFd> {

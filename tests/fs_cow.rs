@@ -7,18 +7,16 @@
 //! upper layer must hold overlayfs's whiteouts and opaque marks, and the host's overlayfs over
 //! the same base and upper must show exactly the tree the union shows.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use fsharness::{c, chmod_as, create_file, ctx, errno_of, read_file, union_with, walk, Tmpfs};
 use fuse_backend_rs::api::filesystem::FileSystem;
-use tree::{snapshot, Kind, Node, Tree};
+use testkit::errno::{self, errno_of};
+use testkit::fsharness::{c, chmod_as, create_file, ctx, read_file, union_with, walk};
+use testkit::tmpfs::Tmpfs;
+use testkit::tree::{snapshot, Kind, Node, Tree};
+use testkit::{fsharness, tree};
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 /// The union's tree as the guest would list it (through lookup, readdir and read).
@@ -253,8 +251,9 @@ enum Op {
     Link(&'static str, &'static str),
 }
 
+/// `Ok(())` or the errno: what an operation's outcome is compared by.
 fn errno_of_io<T>(r: std::io::Result<T>) -> Result<(), i32> {
-    r.map(drop).map_err(|e| e.raw_os_error().unwrap_or(-1))
+    errno::result(r).map(drop)
 }
 
 /// `op` on the overlayfs mount at `m`.

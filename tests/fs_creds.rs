@@ -6,16 +6,14 @@
 //! (the guest kernel is untrusted). Its own test binary: one test changes the process's
 //! supplementary groups, which would disturb other tests.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use fsharness::*;
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
 use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
 use union_virtiofsd::fs::idmap::{IdMap, Kind};
 use union_virtiofsd::fs::Ids;
 

@@ -4,13 +4,11 @@
 //! followed, open-unlinked files usable) and ESTALE, never another file, when the object is
 //! gone or replaced on the host. Real tmpfs branches, the `FileSystem` impl called directly.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::sync::Mutex;
 
-use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::fsharness::*;
+use testkit::tmpfs::Tmpfs;
 use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 

@@ -2,16 +2,15 @@
 //! tmpfs branches of different sizes, minfreespace, path cloning, per-function policies,
 //! statfs modes, cache flags, negative entries, nullrw, xattr modes, inodecalc.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use fsharness::*;
 use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply};
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
+use testkit::tmpfs::Tmpfs;
 use union_virtiofsd::fs::ROOT_ID;
 
 /// Three tmpfs branches: 16M, 64M, 32M, so each space policy has one answer.

@@ -1,15 +1,13 @@
 //! rename and link across branches as mergerfs does them, on real directories: preserve-path
 //! versus create-path policies, stale destination cleanup, and the EXDEV fallback modes.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 use std::path::Path;
 
-use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
 use tempfile::TempDir;
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;
 
 /// Branches a (RW), b (RW), c (RO): `src` on a and b, `dir/` only on b, `dst` on a and c.

@@ -5,14 +5,11 @@
 //! happens to what cannot be found again: `abort` refuses and leaves nothing behind,
 //! `guest-error` answers EIO for that file only.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-
-use fsharness::{c, create_file, ctx, errno_of, union, walk, VecWriter};
 use fuse_backend_rs::abi::fuse_abi::FileLock;
 use fuse_backend_rs::api::filesystem::{DirEntry, FileSystem};
+use testkit::errno::errno_of;
+use testkit::fsharness::{c, create_file, ctx, union, walk, VecWriter};
+use testkit::hostlocks;
 use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::session::{ExportOptions, FindBy, OnError, Sessions};
 use union_virtiofsd::fs::ROOT_ID;

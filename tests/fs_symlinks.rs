@@ -1,13 +1,11 @@
 //! follow-symlinks (always confined to the branch), link_cow and symlinkify on real directories.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
-use fsharness::*;
 use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;
 
 #[test]

@@ -2,20 +2,17 @@
 //! branch, one RO branch): what lands where, which errno comes back, and that nothing outside a
 //! branch root is ever reached.
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
-use fsharness::*;
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, SetattrValid};
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry, FileSystem};
 use tempfile::TempDir;
-use tree::snapshot;
+use testkit::errno::errno_of;
+use testkit::fsharness::*;
+use testkit::tmpfs::Tmpfs;
+use testkit::tree::snapshot;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 struct Fixture {

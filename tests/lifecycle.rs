@@ -1,17 +1,13 @@
 //! The daemon's life cycle as a VMM sees it: serving on an inherited listening socket (`--fd`,
 //! as libvirt passes it) and a clean exit (code 0) on SIGTERM and SIGINT.
 
-#[path = "support/proc.rs"]
-mod proc;
-#[path = "support/signal.rs"]
-mod signal;
-
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use proc::{daemon, sandboxed_child, wait_exit, wait_socket};
+use testkit::proc::{daemon, sandboxed_child, wait_exit, wait_socket};
+use testkit::signal;
 
 use vufs_frontend::{ops, ConnectOptions, Device};
 

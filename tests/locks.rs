@@ -8,16 +8,12 @@
 //! waiting owner closes the file, ENOLCK for a flock held outside after
 //! `lock-wait-external`.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/hostlocks.rs"]
-mod hostlocks;
-
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use daemon::Daemon;
-use hostlocks::posix_lock;
+use testkit::daemon::Daemon;
+use testkit::hostlocks;
+use testkit::hostlocks::posix_lock;
 use vufs_frontend::fuse_abi::{FileLock, LkOut};
 use vufs_frontend::{ops, Device, REQUEST_QUEUE};
 

@@ -12,16 +12,9 @@
 //! of every scenario. `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
 //! name at mount time and crashes on the first create).
 
-#[path = "support/fsharness.rs"]
-mod fsharness;
-#[path = "support/mergerfs_diff.rs"]
-mod mergerfs_diff;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::collections::BTreeSet;
 
-use mergerfs_diff::*;
+use testkit::mergerfs_diff::*;
 
 /// Five RW branches whose space answers differ, so every space policy has one right branch:
 ///

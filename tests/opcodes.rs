@@ -3,14 +3,10 @@
 //! COPY_FILE_RANGE (within a branch, and from a read-only tmpfs branch to a read-write one,
 //! which the host kernel cannot copy between).
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/tmpfs.rs"]
-mod tmpfs;
-
 use std::mem::size_of;
 
-use daemon::Daemon;
+use testkit::daemon::Daemon;
+use testkit::tmpfs;
 use union_virtiofsd::sys::abi::fuse::{StatxIn, StatxOut, SyncfsIn};
 use vm_memory::ByteValued;
 use vufs_frontend::fuse_abi::{CopyFileRangeIn, Opcode, WriteOut, GETATTR_FH};

@@ -2,14 +2,11 @@
 //! (no VM). Asserts FUSE_INIT negotiation, op round trips (bytes, errnos, what lands on the host),
 //! limits, malformed frames (errno or drop, daemon keeps serving) and reconnect behaviour.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-
 use std::fs;
 use std::time::Duration;
 
-use daemon::Daemon;
 use fuse_backend_rs::abi::fuse_abi::{InHeader, Opcode, ReadIn};
+use testkit::daemon::Daemon;
 use vm_memory::ByteValued;
 use vufs_frontend::request::{IN_HEADER_LEN, OUT_HEADER_LEN};
 use vufs_frontend::{ops, Device, Error, FuseRequest, RawSegment, REQUEST_QUEUE};

@@ -6,14 +6,11 @@
 //! SETXATTR's longer argument with FUSE_SETXATTR_EXT. The guest tests (`e2e_posix_acl.rs`,
 //! `e2e_security_label.rs`) show the same from a real kernel.
 
-#[path = "support/daemon.rs"]
-mod daemon;
-
 use std::fs;
 use std::path::Path;
 
-use daemon::Daemon;
 use fuse_backend_rs::abi::fuse_abi::{MknodIn, Opcode};
+use testkit::daemon::Daemon;
 use vm_memory::ByteValued;
 use vufs_frontend::{ops, Device, FuseRequest, RawSegment, REQUEST_QUEUE};
 

@@ -6,19 +6,15 @@
 //! well-formed random requests (for hand-checking strict backends such as virtiofsd, which exits
 //! on a malformed frame).
 
-#[path = "support/daemon.rs"]
-mod daemon;
-#[path = "support/tree.rs"]
-mod tree;
-
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daemon::Daemon;
 use fuse_backend_rs::abi::fuse_abi::{EntryOut, OpenOut};
+use testkit::daemon::Daemon;
+use testkit::tree;
 use vm_memory::ByteValued;
 use vufs_frontend::ops::{self, ROOT_ID};
 use vufs_frontend::request::OUT_HEADER_LEN;

@@ -3,12 +3,11 @@
 //! seccomp filter, and no longer to stderr. The daemon runs in a private mount namespace whose
 //! `/dev/log` is a socket this test reads (the host's /dev is left alone).
 
-#[path = "support/signal.rs"]
-mod signal;
-
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use testkit::signal;
 
 #[test]
 fn syslog_receives_the_log_lines_from_the_sandboxed_daemon() {

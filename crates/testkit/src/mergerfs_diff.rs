@@ -3,8 +3,6 @@
 //! results with errno names, and what each branch holds afterwards). It never mounts anything
 //! outside its own temporary directories and never skips: a missing mergerfs is a failure.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fmt;
@@ -22,8 +20,11 @@ use fuse_backend_rs::api::filesystem::FileSystem;
 use tempfile::TempDir;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
-use super::fsharness::{c, ctx, list, read_file, union_with, walk, SliceReader};
-use super::tree;
+// `io(r)`: a host or union result as the scenario records it.
+use crate::errno::{self, result as io};
+use crate::fsharness::{c, ctx, list, read_file, union_with, walk, SliceReader};
+use crate::tmpfs::Tmpfs;
+use crate::tree;
 
 /// Options both sides get before the scenario's own: no kernel caching on the mergerfs side,
 /// so every operation reaches the daemon and sees the branches as they are now.
@@ -35,39 +36,6 @@ const MOUNT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A result as the scenario records it: the value or the errno.
 pub type R<T> = Result<T, i32>;
-
-fn errno_of(e: io::Error) -> i32 {
-    e.raw_os_error()
-        .unwrap_or_else(|| panic!("error without an errno: {e}"))
-}
-
-/// The symbolic name of an errno, so traces read as mergerfs's docs do.
-pub fn errno_name(e: i32) -> String {
-    let known = [
-        (libc::ENOENT, "ENOENT"),
-        (libc::EROFS, "EROFS"),
-        (libc::ENOSPC, "ENOSPC"),
-        (libc::EXDEV, "EXDEV"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENOTEMPTY, "ENOTEMPTY"),
-        (libc::ENOTDIR, "ENOTDIR"),
-        (libc::EISDIR, "EISDIR"),
-        (libc::EACCES, "EACCES"),
-        (libc::EPERM, "EPERM"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::EIO, "EIO"),
-        (libc::ENODATA, "ENODATA"),
-        (libc::ENOTSUP, "ENOTSUP"),
-        (libc::EBUSY, "EBUSY"),
-        (libc::ECONNABORTED, "ECONNABORTED"),
-        (libc::ENOTCONN, "ENOTCONN"),
-    ];
-    known
-        .iter()
-        .find(|(n, _)| *n == e)
-        .map(|(_, s)| s.to_string())
-        .unwrap_or_else(|| format!("errno {e}"))
-}
 
 /// A filesystem size summary in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,9 +115,6 @@ pub fn unplace(value: &str, roots: &[PathBuf]) -> String {
     }
     out
 }
-
-// The including test crate has the fs harness, and with it the shared tmpfs helper.
-use super::fsharness::Tmpfs;
 
 /// Whether `mnt` is currently a mount point whose type starts with `fstype`.
 fn mounted_as(mnt: &Path, fstype: &str) -> bool {
@@ -288,15 +253,11 @@ impl HostOps<'_> {
     }
 }
 
-fn io<T>(r: io::Result<T>) -> R<T> {
-    r.map_err(errno_of)
-}
-
 fn libc_result(ret: libc::c_int) -> R<()> {
     if ret == 0 {
         Ok(())
     } else {
-        Err(io::Error::last_os_error().raw_os_error().unwrap())
+        Err(errno::last())
     }
 }
 
@@ -404,7 +365,7 @@ impl Ops for HostOps<'_> {
                 let v = String::from_utf8_lossy(&buf).into_owned();
                 return Ok(unplace(&v, self.roots));
             }
-            match io::Error::last_os_error().raw_os_error().unwrap() {
+            match errno::last() {
                 libc::ERANGE => buf.resize(buf.len() * 4, 0),
                 e => return Err(e),
             }
@@ -776,7 +737,7 @@ impl Trace {
     pub fn rec<T: fmt::Debug>(&mut self, label: &str, r: R<T>) -> R<T> {
         let s = match &r {
             Ok(v) => format!("{label}: Ok({v:?})"),
-            Err(e) => format!("{label}: {}", errno_name(*e)),
+            Err(e) => format!("{label}: {}", errno::name(*e)),
         };
         self.0.push(s);
         r

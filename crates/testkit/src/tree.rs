@@ -1,11 +1,7 @@
 //! A snapshot of a host directory tree: every entry below a root with its kind, permission
 //! bits, contents and (on request) extended attributes, keyed by relative path, to compare a
 //! branch before and after a run or two trees with each other. Reads only; never follows a
-//! symlink. Shared by the test crates that include it with `#[path = "support/tree.rs"] mod
-//! tree;`.
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
+//! symlink.
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,8 +1,6 @@
 //! Test support for driving `UnionFs` directly through the `FileSystem` trait over real
 //! directories: zero-copy adapters backed by plain buffers, and small helpers.
 
-#![allow(dead_code)]
-
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -135,14 +133,6 @@ pub fn chmod_as(fs: &UnionFs, who: &Context, e: &Entry, mode: u32) -> io::Result
     .map(drop)
 }
 
-/// The errno of a failed result.
-pub fn errno_of<T>(r: io::Result<T>) -> i32 {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.raw_os_error().expect("errno-only errors"),
-    }
-}
-
 /// Looks up a slash-separated path from the root, one component at a time as the kernel does.
 pub fn walk(fs: &UnionFs, path: &str) -> io::Result<Entry> {
     let mut parent = ROOT_ID;
@@ -210,9 +200,3 @@ pub fn list(fs: &UnionFs, inode: u64) -> Vec<(String, u64)> {
     fs.releasedir(&ctx(), inode, 0, fh).unwrap();
     out
 }
-
-#[path = "tmpfs.rs"]
-mod tmpfs;
-/// A tmpfs mounted on a fresh temporary directory, unmounted on drop.
-#[allow(unused_imports)]
-pub use tmpfs::Tmpfs;

@@ -1,11 +1,6 @@
 //! A minimal QMP (QEMU Machine Protocol) client for the test harness: one JSON object per line
 //! over a Unix socket, JSON handled by `serde_json`. Knows nothing about migration or guests;
-//! tests/support/migrate.rs drives it.
-//!
-//! Included by tests/support/migrate.rs with `#[path = "qmp.rs"] mod qmp;`.
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
+//! [`crate::migrate`] drives it.
 
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Write};

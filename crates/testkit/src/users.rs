@@ -1,8 +1,6 @@
 //! The ordinary user the host set-up makes for tests of an unprivileged daemon
 //! (scripts/install-deps.sh: system user `uvfs-test` with 65536 subordinate uids and gids).
-//! Shared by the test crates that include it with `#[path = "support/users.rs"] mod users;`.
-
-#![allow(dead_code)]
+//! Looks it up; never creates it.
 
 /// `uvfs-test`'s ids and the first of its subordinate ranges.
 pub struct TestUser {

@@ -4,21 +4,11 @@
 //! scenario learns the outcome from a file the host makes in the share. Never skips; starts
 //! nothing but the two backends and two QEMUs, and kills them all if a panic unwinds.
 //!
-//! Included next to guest.rs with `#[path = "support/migrate.rs"] mod migrate;`.
-//!
 //! Console protocol on top of guest.rs's: the scenario prints [`MIGRATE_NOW`] when the host
 //! should migrate, then waits (bounded) for [`Plan::signal`], which the host creates with
 //! `done` (the guest now runs on the destination) or `failed` (it still runs on the source)
 //! once the migration has ended. `=== SCENARIO EXIT N ===` then appears on whichever QEMU runs
 //! the guest. [`SCENARIO_HELPERS`] has the shell side.
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
-
-#[path = "qmp.rs"]
-pub mod qmp;
-
-pub use qmp::{Json, Qmp};
 
 use std::fs;
 use std::panic::{self, AssertUnwindSafe};
@@ -28,6 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::guest::{self, Backend, Guest, Reaper, PRELUDE};
+use crate::qmp::{Json, Qmp};
 
 /// The console line that asks the host to migrate now.
 pub const MIGRATE_NOW: &str = "=== MIGRATE NOW ===";
@@ -193,7 +184,7 @@ pub struct MigrationRun {
     /// source running again after a failure).
     pub migrate_wall: Option<Duration>,
     /// How the source backend ended by itself once its QEMU was gone; `None` if it was still
-    /// running [`DAEMON_EXIT_GRACE`] later and the harness stopped it.
+    /// running 5 s later (`DAEMON_EXIT_GRACE`) and the harness stopped it.
     pub source_daemon_exit: Option<ExitStatus>,
     /// The same for the destination backend.
     pub dest_daemon_exit: Option<ExitStatus>,

@@ -2,9 +2,6 @@
 //! `examples/guest_backend.rs --mergerfs` (against mergerfs + virtiofsd, to check that the
 //! expectations match mergerfs). Knows branches and expected outcomes, nothing about QEMU.
 
-// Each including crate uses a different subset of this module.
-#![allow(dead_code)]
-
 use std::fs;
 use std::path::Path;
 
@@ -42,6 +39,8 @@ pub fn branches() -> Branches {
     Branches { a, b }
 }
 
+/// The guest side of the scenario (run in /mnt after [`crate::guest::PRELUDE`]): its checks, and
+/// the sections `root`, `common` and `after` that [`check`] reads.
 pub const UNION_SCENARIO: &str = r#"
 # First branch wins for a name in both branches.
 expect_eq "$(cat shared.txt)" "from a" "shared.txt content"
@@ -85,13 +84,8 @@ expect_eq "$(cat ro.txt)" "read only" "RO file unchanged"
 section after ls -1a
 "#;
 
-/// Byte-for-byte contents of branch `b`, to compare after the run.
-pub fn snapshot_b(br: &Branches) -> Tree {
-    tree::snapshot(br.b.path())
-}
-
 /// Asserts the scenario's outcome: guest-side checks passed, merged listings, and where files
-/// landed on the host; `b_before` is [`snapshot_b`] taken before the run.
+/// landed on the host; `b_before` is [`tree::snapshot`] of branch `b` taken before the run.
 pub fn check(run: &GuestRun, br: &Branches, b_before: &Tree) {
     run.assert_success();
 

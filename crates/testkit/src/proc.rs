@@ -1,8 +1,5 @@
 //! Starting the daemon binary as a launcher does and watching its processes: bounded polls
-//! for the socket, the exit and the sandboxed child (no fixed sleeps). Shared by the test
-//! crates that include it with `#[path = "support/proc.rs"] mod proc;`.
-
-#![allow(dead_code)]
+//! for the socket, the exit and the sandboxed child (no fixed sleeps).
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -10,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// The daemon binary cargo built for this test run.
 pub fn daemon() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+    Command::new(crate::bin::daemon_path())
 }
 
 /// Waits (bounded) for the child to exit; its exit code (-1 if a signal ended it).

@@ -1,9 +1,5 @@
 //! A tmpfs of a given size mounted on a fresh temporary directory, unmounted on drop: a real,
-//! small filesystem as a branch (needs root, as CI has). Shared by the test crates that
-//! include it with `#[path = "support/tmpfs.rs"] mod tmpfs;`.
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
+//! small filesystem as a branch (needs root, as CI has). Mounts only on its own directory.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,5 +1,4 @@
-//! Sending a signal to a daemon a test started, the way a VMM stops it. Shared by the test
-//! crates that include it with `#[path = "support/signal.rs"] mod signal;`.
+//! Sending a signal to a daemon a test started, the way a VMM stops it.
 
 use std::process::{Child, Command};
 

@@ -3,8 +3,6 @@
 //! `VUFS_BACKEND_CMD` (e.g. `virtiofsd --socket-path {socket} --shared-dir {dir}`) swaps in
 //! another backend for hand validation; `{dir}` is the first branch.
 
-#![allow(dead_code)]
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,13 +15,13 @@ use vufs_frontend::{ops, ConnectOptions, Device};
 /// A running daemon plus its temp tree: `<tmp>/<branch name>/` for each branch, and `<tmp>/run/`
 /// for the socket and the daemon's log.
 pub struct Daemon {
+    /// The daemon's process, killed on drop.
     pub proc: BackendProcess,
+    /// The temp tree: branches, socket and log.
     pub tmp: TempDir,
+    /// The branch directories, in command-line order.
     pub branches: Vec<PathBuf>,
 }
-
-/// Daemon binary built by cargo for this test run.
-pub const BIN: &str = env!("CARGO_BIN_EXE_union-virtiofsd");
 
 impl Daemon {
     /// Start over fresh branches `names` (each `NAME` or `NAME=MODE`), with `extra` arguments.
@@ -68,7 +66,7 @@ impl Daemon {
                 c
             }
             Err(_) => {
-                let mut c = Command::new(BIN);
+                let mut c = Command::new(crate::bin::daemon_path());
                 c.arg("--socket-path").arg(&sock);
                 for s in specs {
                     c.arg("--branch").arg(s);

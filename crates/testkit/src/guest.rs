@@ -2,15 +2,10 @@
 //! test guest (qemu/run-guest.sh, TCG) with a scenario shell script, and returns the serial console
 //! and the backend's log. It never skips: a missing kernel, initramfs or QEMU is a test failure.
 //!
-//! Included by each test crate with `#[path = "support/guest.rs"] mod guest;`.
-//!
 //! Console protocol (printed by qemu/init): `=== UVFS BOOTED <uptime> ===`,
 //! `=== UVFS MOUNTED <tag> ===` or `=== UVFS MOUNT FAILED <tag> ===`, `=== SCENARIO START ===`,
 //! `=== SCENARIO EXIT <status> ===`, `=== UVFS POWEROFF ===`. Scenarios may print
 //! `=== BEGIN <name> ===` ... `=== END <name> ===` sections, see [`GuestRun::section`].
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -83,7 +78,7 @@ impl Backend {
         args.extend(["--log-level", "debug"].map(str::to_owned));
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         Self {
-            program: daemon_binary(),
+            program: daemon_path(),
             args,
             env: Vec::new(),
             cwd: None,
@@ -127,20 +122,12 @@ pub fn virtiofsd_binary() -> PathBuf {
     path
 }
 
-/// The daemon binary (see [`daemon_binary`]), for tests that build their own command lines.
-pub fn daemon_path() -> PathBuf {
-    daemon_binary()
-}
-
 /// The daemon binary: `$UVFS_DAEMON` when set (examples, benchmarks, and scripts/test.sh's run
-/// of guest tests against the release build), else cargo's for integration tests.
-fn daemon_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("UVFS_DAEMON") {
-        return PathBuf::from(path);
-    }
-    match option_env!("CARGO_BIN_EXE_union-virtiofsd") {
+/// of guest tests against the release build), else cargo's (see [`crate::bin::daemon_path`]).
+pub fn daemon_path() -> PathBuf {
+    match std::env::var_os("UVFS_DAEMON") {
         Some(path) => PathBuf::from(path),
-        None => panic!("set UVFS_DAEMON to the union-virtiofsd binary (outside cargo's tests)"),
+        None => crate::bin::daemon_path(),
     }
 }
 
@@ -255,9 +242,14 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Repository root (the crate's manifest directory).
+/// Repository root (two levels above this crate's manifest directory, crates/testkit).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let testkit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    testkit
+        .parent()
+        .and_then(Path::parent)
+        .expect("crates/testkit lies two levels below the repository root")
+        .to_owned()
 }
 
 /// Kernel and generic initramfs, prepared once per test process by the scripts.

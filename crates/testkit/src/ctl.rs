@@ -1,13 +1,11 @@
-//! Test support: `union-virtiofsd ctl` run as a process against a daemon's control socket.
-
-#![allow(dead_code)]
+//! `union-virtiofsd ctl` run as a process against a daemon's control socket.
 
 use std::path::Path;
 use std::process::Command;
 
 /// `union-virtiofsd ctl --socket SOCKET ARGS…`: exit code, stdout, stderr.
 pub fn run(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+    let out = Command::new(crate::bin::daemon_path())
         .arg("ctl")
         .arg("--socket")
         .arg(socket)

@@ -1,10 +1,7 @@
 //! What the host kernel says about locks: the entries of /proc/locks on one filesystem or file,
 //! the locks a process owns through its descriptors (/proc/PID/fdinfo), a host process's own
-//! fcntl(2) attempt, and a bounded wait for a file a guest makes in the share. Shared by the
-//! lock test crates that include it with `#[path = "support/hostlocks.rs"] mod hostlocks;`.
-
-// Each test crate uses a different subset of this module.
-#![allow(dead_code)]
+//! fcntl(2) attempt, and a bounded wait for a file a guest makes in the share. A lock this
+//! process takes is the whole process's: tests that take them use files of their own.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
