@@ -3,8 +3,8 @@
 //! of the daemon's supplementary groups (CVE-2022-0358), and an id map that squashes guest
 //! root leaves it no more than nobody. The requests are sent to the filesystem layer as the
 //! dispatcher sends them, including ones an honest guest kernel would have refused itself
-//! (the guest kernel is untrusted). Its own test binary: one test changes the process's
-//! supplementary groups, which would disturb other tests.
+//! (the guest kernel is untrusted). One test changes the supplementary groups of its process,
+//! which would disturb other tests: it runs in a process of its own.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -12,6 +12,7 @@ use std::path::Path;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
 use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use testkit::alone;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use union_virtiofsd::fs::idmap::{IdMap, Kind};
@@ -320,31 +321,34 @@ fn a_group_the_guest_kernel_checked_still_grants() {
 
 #[test]
 fn a_guest_user_does_not_act_with_the_daemons_supplementary_groups() {
-    let branch = tempfile::tempdir().unwrap();
-    let g = branch.path().join("g");
-    make(&g, true, (0, 4242), 0o2770);
-    fs::set_permissions(branch.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    // The daemon (this process, root) is in group 4242; the guest user 1000 is not, and the
-    // id map forbids guest gid 4242, so no guest caller can claim it.
-    let groups = [4242 as libc::gid_t];
-    // SAFETY: one valid gid array, alive for the call.
-    let r = unsafe { libc::setgroups(1, groups.as_ptr()) };
-    assert_eq!(r, 0, "needs root");
-    let forbid = ids((Kind::Guest, 0, 0, 1), (Kind::ForbidGuest, 4242, 0, 1));
-    let fs = union_with_ids(&[(branch.path(), "RW")], "minfreespace=0", forbid);
-    let gdir = walk(&fs, "g").unwrap();
-    assert_eq!(
-        errno_of(fs.mkdir(&user(1000, 1000), gdir.inode, &c("sub"), 0o755, 0)),
-        libc::EACCES,
-        "a guest user must not create in a directory only the daemon's group may write"
-    );
-    assert!(!g.join("sub").exists());
-    // Root in the guest still can, and the set-group-ID directory's group is inherited.
-    let e = fs
-        .mkdir(&ctx(), gdir.inode, &c("rootsub"), 0o755, 0)
-        .unwrap();
-    assert_eq!(fs::metadata(g.join("rootsub")).unwrap().gid(), 4242);
-    assert_ne!(e.inode, 0);
+    // setgroups(3) changes the groups of every thread of the process, and nothing restores them.
+    alone::in_own_process(|| {
+        let branch = tempfile::tempdir().unwrap();
+        let g = branch.path().join("g");
+        make(&g, true, (0, 4242), 0o2770);
+        fs::set_permissions(branch.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        // The daemon (this process, root) is in group 4242; the guest user 1000 is not, and the
+        // id map forbids guest gid 4242, so no guest caller can claim it.
+        let groups = [4242 as libc::gid_t];
+        // SAFETY: one valid gid array, alive for the call.
+        let r = unsafe { libc::setgroups(1, groups.as_ptr()) };
+        assert_eq!(r, 0, "needs root");
+        let forbid = ids((Kind::Guest, 0, 0, 1), (Kind::ForbidGuest, 4242, 0, 1));
+        let fs = union_with_ids(&[(branch.path(), "RW")], "minfreespace=0", forbid);
+        let gdir = walk(&fs, "g").unwrap();
+        assert_eq!(
+            errno_of(fs.mkdir(&user(1000, 1000), gdir.inode, &c("sub"), 0o755, 0)),
+            libc::EACCES,
+            "a guest user must not create in a directory only the daemon's group may write"
+        );
+        assert!(!g.join("sub").exists());
+        // Root in the guest still can, and the set-group-ID directory's group is inherited.
+        let e = fs
+            .mkdir(&ctx(), gdir.inode, &c("rootsub"), 0o755, 0)
+            .unwrap();
+        assert_eq!(fs::metadata(g.join("rootsub")).unwrap().gid(), 4242);
+        assert_ne!(e.inode, 0);
+    });
 }
 
 /// Copy-on-write: what the daemon does on its own (whiteouts, copy-up) waits for the caller's

@@ -4,18 +4,14 @@
 //! followed, open-unlinked files usable) and ESTALE, never another file, when the object is
 //! gone or replaced on the host. Real tmpfs branches, the `FileSystem` impl called directly.
 
-use std::sync::Mutex;
-
 use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::alone;
 use testkit::fsharness::*;
 use testkit::tmpfs::Tmpfs;
 use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 const MODES: [&str; 3] = ["never", "prefer", "mandatory"];
-
-/// The tests count this process's descriptors: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -36,44 +32,46 @@ fn attr(fs: &UnionFs, node: u64) -> std::io::Result<(u64, i64)> {
 
 #[test]
 fn a_walk_holds_at_most_node_fds_descriptors_and_every_node_still_answers() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let t = Tmpfs::new("16M");
-    for d in 0..4 {
-        std::fs::create_dir(t.path().join(format!("d{d}"))).unwrap();
-        for f in 0..50 {
-            std::fs::write(t.path().join(format!("d{d}/f{f}")), vec![b'x'; f]).unwrap();
-        }
-    }
-    for mode in MODES {
-        let fs = union_in(&t, mode);
-        let before = open_fds();
-        let mut seen = Vec::new();
+    // It counts the process's descriptors: no other test may open or close any meanwhile.
+    alone::in_own_process(|| {
+        let t = Tmpfs::new("16M");
         for d in 0..4 {
-            let dir = fs.lookup(&ctx(), ROOT_ID, &c(&format!("d{d}"))).unwrap();
+            std::fs::create_dir(t.path().join(format!("d{d}"))).unwrap();
             for f in 0..50 {
-                let e = fs.lookup(&ctx(), dir.inode, &c(&format!("f{f}"))).unwrap();
-                seen.push((e.inode, e.attr.st_ino, f as i64));
+                std::fs::write(t.path().join(format!("d{d}/f{f}")), vec![b'x'; f]).unwrap();
             }
         }
-        assert_eq!(fs.inode_count(), 1 + 4 + 200, "{mode}");
-        assert!(fs.node_fd_count() <= 8, "{mode}: {}", fs.node_fd_count());
-        let held = open_fds() - before;
-        assert!(
-            held <= 8 + 2,
-            "{mode}: the walk left {held} descriptors open"
-        );
-        // Every node answers with its own object, reopened by handle or path: GETATTR, and
-        // STATX (which answers from the statx that checked a reopened object).
-        for &(node, ino, size) in &seen {
-            assert_eq!(attr(&fs, node).unwrap(), (ino, size), "{mode}");
+        for mode in MODES {
+            let fs = union_in(&t, mode);
+            let before = open_fds();
+            let mut seen = Vec::new();
+            for d in 0..4 {
+                let dir = fs.lookup(&ctx(), ROOT_ID, &c(&format!("d{d}"))).unwrap();
+                for f in 0..50 {
+                    let e = fs.lookup(&ctx(), dir.inode, &c(&format!("f{f}"))).unwrap();
+                    seen.push((e.inode, e.attr.st_ino, f as i64));
+                }
+            }
+            assert_eq!(fs.inode_count(), 1 + 4 + 200, "{mode}");
+            assert!(fs.node_fd_count() <= 8, "{mode}: {}", fs.node_fd_count());
+            let held = open_fds() - before;
+            assert!(
+                held <= 8 + 2,
+                "{mode}: the walk left {held} descriptors open"
+            );
+            // Every node answers with its own object, reopened by handle or path: GETATTR, and
+            // STATX (which answers from the statx that checked a reopened object).
+            for &(node, ino, size) in &seen {
+                assert_eq!(attr(&fs, node).unwrap(), (ino, size), "{mode}");
+            }
+            assert!(fs.node_fd_count() <= 8, "{mode}");
+            for &(node, ino, size) in &seen {
+                let (st, _, _) = fs.statx(&ctx(), node, None).unwrap();
+                assert_eq!((st.st_ino, st.st_size), (ino, size), "{mode}: statx");
+            }
+            assert!(fs.node_fd_count() <= 8, "{mode}");
         }
-        assert!(fs.node_fd_count() <= 8, "{mode}");
-        for &(node, ino, size) in &seen {
-            let (st, _, _) = fs.statx(&ctx(), node, None).unwrap();
-            assert_eq!((st.st_ino, st.st_size), (ino, size), "{mode}: statx");
-        }
-        assert!(fs.node_fd_count() <= 8, "{mode}");
-    }
+    });
 }
 
 /// Looks up enough other entries that the table closes `node`'s descriptor.
@@ -89,7 +87,6 @@ fn push_out(fs: &UnionFs, t: &Tmpfs) {
 
 #[test]
 fn identity_survives_closing_hard_links_renames_and_open_unlinked_files() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for mode in MODES {
         let t = Tmpfs::new("16M");
         std::fs::write(t.path().join("a"), "hard").unwrap();
@@ -124,7 +121,6 @@ fn identity_survives_closing_hard_links_renames_and_open_unlinked_files() {
 
 #[test]
 fn an_object_gone_or_replaced_on_the_host_answers_estale() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for mode in MODES {
         let t = Tmpfs::new("16M");
         for n in ["deleted", "replaced", "hostmoved"] {

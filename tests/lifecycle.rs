@@ -6,6 +6,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use testkit::alone;
 use testkit::proc::{daemon, sandboxed_child, wait_exit, wait_socket};
 use testkit::signal;
 
@@ -13,33 +14,38 @@ use vufs_frontend::{ops, ConnectOptions, Device};
 
 #[test]
 fn serves_an_inherited_listening_socket() {
-    let d = tempfile::tempdir().unwrap();
-    let branch = d.path().join("a");
-    std::fs::create_dir(&branch).unwrap();
-    std::fs::write(branch.join("hello"), "world").unwrap();
-    let sock = d.path().join("s");
-    let listener = UnixListener::bind(&sock).unwrap();
-    // Let the child inherit the descriptor under the same number, as libvirt does.
-    rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty()).unwrap();
-    let fd = listener.as_raw_fd().to_string();
-    let mut child = daemon()
-        .args(["--fd", &fd, "--branch"])
-        .arg(&branch)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    drop(listener);
-    let mut dev = Device::connect(&sock, &ConnectOptions::default()).expect("connect over --fd");
-    dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
-    let e = dev.lookup(ops::ROOT_ID, b"hello").unwrap();
-    let o = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
-    assert_eq!(dev.read(e.nodeid, o.fh, 0, 4096).unwrap(), b"world");
-    drop(dev);
-    assert_eq!(
-        wait_exit(&mut child, Duration::from_secs(10)),
-        0,
-        "exit 0 on disconnect"
-    );
+    // The listener is inheritable until dropped: a daemon another test spawned meanwhile would
+    // inherit it too.
+    alone::in_own_process(|| {
+        let d = tempfile::tempdir().unwrap();
+        let branch = d.path().join("a");
+        std::fs::create_dir(&branch).unwrap();
+        std::fs::write(branch.join("hello"), "world").unwrap();
+        let sock = d.path().join("s");
+        let listener = UnixListener::bind(&sock).unwrap();
+        // Let the child inherit the descriptor under the same number, as libvirt does.
+        rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty()).unwrap();
+        let fd = listener.as_raw_fd().to_string();
+        let mut child = daemon()
+            .args(["--fd", &fd, "--branch"])
+            .arg(&branch)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(listener);
+        let mut dev =
+            Device::connect(&sock, &ConnectOptions::default()).expect("connect over --fd");
+        dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
+        let e = dev.lookup(ops::ROOT_ID, b"hello").unwrap();
+        let o = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+        assert_eq!(dev.read(e.nodeid, o.fh, 0, 4096).unwrap(), b"world");
+        drop(dev);
+        assert_eq!(
+            wait_exit(&mut child, Duration::from_secs(10)),
+            0,
+            "exit 0 on disconnect"
+        );
+    });
 }
 
 /// The daemon with its defaults serving `branch` on `sock`, once the socket exists.

@@ -2,6 +2,7 @@
 //! process, the `FileSystem` harness, host trees and locks, the mergerfs comparison, and the
 //! real-guest and migration harnesses. Only tests and examples use it; it never ships.
 
+pub mod alone;
 pub mod bin;
 pub mod ctl;
 pub mod daemon;
