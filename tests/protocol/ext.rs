@@ -3,8 +3,8 @@
 //! security contexts sent as request extensions after create-like requests (set on the new
 //! host object, through `--xattrmap`, before it has its name; refused, with nothing left
 //! behind, where the host cannot keep them; malformed or unnegotiated extensions refused), and
-//! SETXATTR's longer argument with FUSE_SETXATTR_EXT. The guest tests (`e2e_posix_acl.rs`,
-//! `e2e_security_label.rs`) show the same from a real kernel.
+//! SETXATTR's longer argument with FUSE_SETXATTR_EXT. The guest tests (`guest/posix_acl.rs`,
+//! `guest/security_label.rs`) show the same from a real kernel.
 
 use std::fs;
 use std::path::Path;

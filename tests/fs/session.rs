@@ -1,5 +1,5 @@
 //! The session moving between two filesystem instances over the same branch, as a migration
-//! moves it between two daemons (without the VM: `tests/e2e_migration.rs` does it with QEMU):
+//! moves it between two daemons (without the VM: `tests/guest/migration.rs` does it with QEMU):
 //! nodes, open files and directory listings, hard links, POSIX and flock locks (the source
 //! lets go, the destination takes them again, as the host sees in /proc/locks), and what
 //! happens to what cannot be found again: `abort` refuses and leaves nothing behind,

@@ -41,7 +41,7 @@ fn virsh_ok(args: &[&str]) {
 /// /dev/kvm exists but only root may open it (nested KVM off, as here), libvirt's QEMU
 /// capability cache is judged stale on every start and QEMU re-probed (about 70 s under TCG).
 const QEMU_CONF: &str =
-    "\n# union-virtiofsd tests (tests/e2e_libvirt.rs)\nuser = \"root\"\ngroup = \"root\"\n";
+    "\n# union-virtiofsd tests (tests/guest/libvirt.rs)\nuser = \"root\"\ngroup = \"root\"\n";
 
 /// Starts virtlogd and libvirtd (no systemd here), with [`QEMU_CONF`] in effect. Once per
 /// test process: the tests run in parallel, and two `virtlogd -d` at once make one fail on

@@ -8,7 +8,7 @@
 //! included, then compare what follows; the `*_side_by_side` ones show, without diffing, where
 //! we differ from mergerfs 2.33 on purpose.
 //!
-//! `MERGERFS_DIFF_SHOW=1 cargo test --test mergerfs_diff -- --nocapture` prints both outcomes
+//! `MERGERFS_DIFF_SHOW=1 cargo test --test mergerfs -- --nocapture` prints both outcomes
 //! of every scenario. `lup` and `eplup` are not compared: mergerfs 2.33 does not have them (it accepts any policy
 //! name at mount time and crashes on the first create).
 

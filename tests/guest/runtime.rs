@@ -4,7 +4,7 @@
 //! error; every file is on exactly one branch with its content, where the policy said at the
 //! time it was created; the removed branch's file is gone from the guest's view and untouched
 //! on the host. And the refusals of branch edits that cannot be made (the errors that
-//! tests/ctl.rs does not already cover), through the real binary without a guest.
+//! tests/cli/ctl.rs does not already cover), through the real binary without a guest.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -440,7 +440,7 @@ fn branches_change_while_the_guest_writes() {
 /// Branch edits that cannot be made, through the real binary (no guest needed): a directory
 /// already in the pool (by its path, through another name, twice in one list) and a removal
 /// that leaves no branch. Each is exit 2 with one line, and the branches stay as they were.
-/// (Unknown keys, bad values and missing directories are tests/ctl.rs's.)
+/// (Unknown keys, bad values and missing directories are tests/cli/ctl.rs's.)
 #[test]
 fn impossible_branch_edits_are_refused() {
     let dir = tempfile::tempdir().unwrap();
