@@ -363,6 +363,8 @@ echo "hello from the guest" > from-guest.txt
 
 #[test]
 fn libvirt_starts_the_daemon_in_both_option_styles() {
+    // libvirt boots its own QEMU: one guest at a time, as the harness runs them.
+    let _serial = guest::serialize_guests();
     run_style(true);
     run_style(false);
 }
@@ -421,6 +423,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn virsh_save_and_restore_carry_the_guest_across() {
+    let _serial = guest::serialize_guests();
     let t0 = Instant::now();
     ensure_libvirtd();
     let vm = Vm::new("uvfs-libvirt-save", SAVE_SCENARIO, true);
