@@ -33,8 +33,8 @@ pub fn wait_socket(sock: &Path) {
     }
 }
 
-/// The sandboxed child of daemon `parent` (its only child), once it has pivoted into its new
-/// root (which holds `branches`).
+/// The sandboxed child of daemon `parent` (its only child), once its new root is complete: it
+/// holds `branches`, and the old root (`old`, between pivot_root and its removal) is gone.
 pub fn sandboxed_child(parent: u32) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -42,8 +42,10 @@ pub fn sandboxed_child(parent: u32) -> u32 {
             .unwrap_or_default();
         if let Some(pid) = children.split_whitespace().next() {
             let pid: u32 = pid.parse().unwrap();
-            let root = std::fs::read_dir(format!("/proc/{pid}/root"));
-            if root.is_ok_and(|mut r| r.any(|e| e.unwrap().file_name() == "branches")) {
+            let names: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/root"))
+                .map(|r| r.map(|e| e.unwrap().file_name()).collect())
+                .unwrap_or_default();
+            if names.iter().any(|n| n == "branches") && !names.iter().any(|n| n == "old") {
                 return pid;
             }
         }
