@@ -11,7 +11,8 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::live::{self, Live};
 use testkit::{guest, proc, tmpfs};
 
 /// MiB the guest copies each way.
@@ -55,39 +56,25 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
     guest::require_qemu();
     let _serial = guest::serialize_guests();
     let branch = tmpfs::Tmpfs::new("256M");
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("mem.sock");
-    let script = dir.path().join("scenario.sh");
-    fs::write(&script, format!("{}\n{}", guest::PRELUDE, scenario(racing))).unwrap();
     let mut args = vec!["-o", "minfreespace=0"];
     args.extend_from_slice(extra);
     let backend = Backend::union(&[(branch.path(), Mode::Rw)], &args).at_info();
-    let daemon_log = dir.path().join("daemon.log");
-    let daemon = guest::spawn_backend(&backend, &socket, &daemon_log);
-    let serving = proc::sandboxed_child(daemon.id());
-    let mut reaper = Reaper(vec![daemon]);
+    let mut live = Live::start(&backend);
+    let serving = proc::sandboxed_child(live.reaper.0[0].id());
     let guest = Guest {
         timeout: Duration::from_secs(300),
         ..Guest::default()
     };
-    let console = dir.path().join("console.log");
-    reaper.0.push(guest::spawn_guest(
-        &guest,
-        &socket,
-        &script,
-        dir.path(),
-        &console,
-    ));
-    let transcript = || guest::live_transcript(&console, &daemon_log);
+    live.boot(&guest, &scenario(racing));
+    let transcript = || guest::live_transcript(&live.console, &live.daemon_log);
     let deadline = Instant::now() + guest.timeout;
-    while !branch.path().join(".written").exists() {
-        assert!(
-            Instant::now() < deadline && reaper.0[1].try_wait().unwrap().is_none(),
-            "the guest never finished copying\n{}",
-            transcript()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    live::wait_for_file(
+        &mut live.reaper.0[1],
+        &branch.path().join(".written"),
+        deadline,
+        "the guest never finished copying",
+        transcript,
+    );
     // The release runs on its own clock: look until `look` is satisfied, for up to 20 s.
     let copied = Instant::now();
     let seen = loop {
@@ -105,12 +92,11 @@ fn run(extra: &[&str], racing: bool, look: impl Fn(u64, Duration) -> Option<u64>
         copied.elapsed()
     );
     fs::write(branch.path().join(".sampled"), b"").unwrap();
-    guest::wait_until(&mut reaper.0[1], deadline);
-    let text = guest::read_lossy(&console);
-    assert_eq!(guest::scenario_exit(&text), Some(0), "{}", transcript());
+    let status = guest::wait_until(&mut live.reaper.0[1], deadline);
+    let text = live::assert_passed(&live.console, status, "the guest failed", transcript);
     assert!(text.contains("DATA INTACT"), "{}", transcript());
-    drop(reaper);
-    (seen, guest::read_lossy(&daemon_log))
+    drop(live.reaper);
+    (seen, guest::read_lossy(&live.daemon_log))
 }
 
 /// Fewer guest pages than this (KiB) count as released: the rings and the few buffers of the

@@ -11,7 +11,8 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::live::{self, Live};
 use testkit::{guest, hostlocks, proc, tmpfs};
 
 /// Boots after the first (each ending in a reset); `UVFS_SOAK_RESETS` sets fewer for a quick
@@ -96,34 +97,22 @@ fn one_daemon_serves_a_hundred_resets_and_returns_to_its_baseline() {
     guest::require_qemu();
     let _serial = guest::serialize_guests();
     let branch = tmpfs::Tmpfs::new("64M");
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("soak.sock");
-    let script = dir.path().join("scenario.sh");
     let resets = resets();
-    fs::write(&script, format!("{}\n{}", guest::PRELUDE, scenario(resets))).unwrap();
     let backend = Backend::union(&[(branch.path(), Mode::Rw)], &["-o", "minfreespace=0"]).at_info();
-    let daemon_log = dir.path().join("daemon.log");
-    let daemon = guest::spawn_backend(&backend, &socket, &daemon_log);
-    let serving = proc::sandboxed_child(daemon.id());
-    let mut reaper = Reaper(vec![daemon]);
+    let mut live = Live::start(&backend);
+    let serving = proc::sandboxed_child(live.reaper.0[0].id());
     let guest = Guest {
         reboot: true,
         timeout: Duration::from_secs(1500),
         extra_initrd: vec![guest::tools_initrd()],
         ..Guest::default()
     };
-    let console = dir.path().join("console.log");
-    reaper.0.push(guest::spawn_guest(
-        &guest,
-        &socket,
-        &script,
-        dir.path(),
-        &console,
-    ));
+    live.boot(&guest, &scenario(resets));
+    let (console, daemon_log) = (&live.console, &live.daemon_log);
     let transcript = || {
         format!(
             "----- console (last 60 lines) -----\n{}\n----- daemon -----\n{}",
-            guest::read_lossy(&console)
+            guest::read_lossy(console)
                 .lines()
                 .rev()
                 .take(60)
@@ -132,34 +121,26 @@ fn one_daemon_serves_a_hundred_resets_and_returns_to_its_baseline() {
                 .rev()
                 .collect::<Vec<_>>()
                 .join("\n"),
-            guest::read_lossy(&daemon_log)
+            guest::read_lossy(daemon_log)
         )
     };
     let mut samples = Vec::new();
     let deadline = Instant::now() + guest.timeout;
     for boot in 1..=resets + 1 {
-        let flag = branch.path().join(format!(".boot-{boot}"));
-        while !flag.exists() {
-            assert!(
-                Instant::now() < deadline && reaper.0[1].try_wait().unwrap().is_none(),
-                "boot {boot} never started\n{}",
-                transcript()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        live::wait_for_file(
+            &mut live.reaper.0[1],
+            &branch.path().join(format!(".boot-{boot}")),
+            deadline,
+            &format!("boot {boot} never started"),
+            transcript,
+        );
         samples.push(sample(serving, branch.path(), boot));
         fs::write(branch.path().join(format!(".sampled-{boot}")), b"").unwrap();
     }
-    let status = guest::wait_until(&mut reaper.0[1], deadline);
-    let text = guest::read_lossy(&console);
-    assert_eq!(
-        guest::scenario_exit(&text),
-        Some(0),
-        "the last boot failed ({status:?})\n{}",
-        transcript()
-    );
+    let status = guest::wait_until(&mut live.reaper.0[1], deadline);
+    let text = live::assert_passed(console, status, "the last boot failed", transcript);
     assert!(text.contains(&format!("SOAK DONE after {} boots", resets + 1)));
-    let ended = guest::read_lossy(&daemon_log)
+    let ended = guest::read_lossy(daemon_log)
         .matches("session ended: dropped")
         .count();
     assert!(

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use testkit::guest::{Backend, Guest, Mode, Reaper};
+use testkit::live::{self, Live};
 use testkit::tmpfs::Tmpfs;
 use testkit::{ctl, guest};
 
@@ -177,10 +178,6 @@ fn branches_change_while_the_guest_writes() {
         canon(d.path()),
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("vfs.sock");
-    let script = dir.path().join("scenario.sh");
-    fs::write(&script, format!("{}\n{SCENARIO}", guest::PRELUDE)).unwrap();
     let backend = Backend::union(
         &[
             (a.path(), Mode::Rw),
@@ -190,9 +187,12 @@ fn branches_change_while_the_guest_writes() {
         &["-o", OPTIONS],
     )
     .at_info();
-    let daemon_log = dir.path().join("daemon.log");
-    let console = dir.path().join("console.log");
-    let mut reaper = Reaper(vec![guest::spawn_backend(&backend, &socket, &daemon_log)]);
+    let mut live = Live::start(&backend);
+    let (socket, daemon_log, console) = (
+        live.socket.clone(),
+        live.daemon_log.clone(),
+        live.console.clone(),
+    );
     let transcript = || guest::live_transcript(&console, &daemon_log);
     wait_ctl_socket(&socket);
     // The options parsed, and read back by their mergerfs names.
@@ -211,13 +211,7 @@ fn branches_change_while_the_guest_writes() {
         ..Guest::default()
     };
     let start = Instant::now();
-    reaper.0.push(guest::spawn_guest(
-        &guest,
-        &socket,
-        &script,
-        dir.path(),
-        &console,
-    ));
+    live.boot(&guest, SCENARIO);
     let mut steps: Vec<String> = Vec::new();
     let mut note = |what: String| {
         println!("[{:6.1}s] {what}", start.elapsed().as_secs_f64());
@@ -252,7 +246,7 @@ fn branches_change_while_the_guest_writes() {
     };
 
     // 1. D joins at the end of the list: from now on mfs picks it.
-    let p = wait_progress(&mut reaper, GAP, "before adding D");
+    let p = wait_progress(&mut live.reaper, GAP, "before adding D");
     let before_d = newest(&all);
     ctl_ok(
         &socket,
@@ -265,7 +259,7 @@ fn branches_change_while_the_guest_writes() {
     ));
 
     // 2. B, which the guest does not use, leaves; the guest then looks its file up again.
-    let p = wait_progress(&mut reaper, after_d + GAP, "before removing B");
+    let p = wait_progress(&mut live.reaper, after_d + GAP, "before removing B");
     ctl_ok(
         &socket,
         &["set", "branches", &format!("-{bp}")],
@@ -274,11 +268,11 @@ fn branches_change_while_the_guest_writes() {
     let after_b = newest(&all);
     note(format!("removed B at progress {p} (newest file {after_b})"));
     fs::write(c.path().join(".b-removed"), b"").unwrap();
-    wait_line(&mut reaper, "=== END B-GONE ===");
+    wait_line(&mut live.reaper, "=== END B-GONE ===");
 
     // 3. The whole list set at once: A read-only, C and D kept.
     let p = wait_progress(
-        &mut reaper,
+        &mut live.reaper,
         progress(&console) + GAP / 2,
         "before setting A RO",
     );
@@ -292,7 +286,7 @@ fn branches_change_while_the_guest_writes() {
     note(format!(
         "set A RO at progress {p}: files up to {before_ro} before, {after_ro} after"
     ));
-    let p = wait_progress(&mut reaper, after_ro + GAP, "after setting A RO");
+    let p = wait_progress(&mut live.reaper, after_ro + GAP, "after setting A RO");
     note(format!("progress {p}"));
 
     // The daemon's view, while the guest is still connected.
@@ -314,16 +308,10 @@ fn branches_change_while_the_guest_writes() {
     note(format!("query /b_only: {gone}"));
 
     fs::write(c.path().join(".stop"), b"").unwrap();
-    let status = guest::wait_until(&mut reaper.0[1], start + guest.timeout);
+    let status = guest::wait_until(&mut live.reaper.0[1], start + guest.timeout);
     let elapsed = start.elapsed();
-    let text = guest::read_lossy(&console);
-    assert_eq!(
-        guest::scenario_exit(&text),
-        Some(0),
-        "the guest failed ({status:?})\n{}",
-        transcript()
-    );
-    drop(reaper);
+    let text = live::assert_passed(&console, status, "the guest failed", transcript);
+    drop(live.reaper);
 
     // The guest saw no error.
     let lines = console_lines(&console);

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use testkit::guest::{Backend, Guest, Mode, Reaper};
-use testkit::{guest, hostlocks, migrate};
+use testkit::{guest, hostlocks, live, migrate};
 
 /// The guest: locks, an open file and a working directory in the share, then rounds of fio
 /// (4 MiB of random 4 KiB writes, each block verified by CRC) until the host makes
@@ -115,7 +115,7 @@ impl Setup {
             ..Guest::default()
         };
         let script = self.tmp.join("scenario.sh");
-        fs::write(&script, format!("{}\n{SCENARIO}", guest::PRELUDE)).unwrap();
+        guest::write_scenario(&script, SCENARIO);
         let first = guest::spawn_backend(&self.backend(&self.share), &self.socket, &self.log("d0"));
         let mut reaper = Reaper(vec![first]);
         let console = self.logs.join("console.log");
@@ -240,13 +240,7 @@ fn upgrades_twice_while_the_guest_runs_fio() {
     fs::write(s.share.join(".stop"), b"").unwrap();
     let qemu_at = reaper.0.len() - 1;
     let status = exited(&mut reaper.0[qemu_at], guest.timeout);
-    let text = guest::read_lossy(&console);
-    assert_eq!(
-        guest::scenario_exit(&text),
-        Some(0),
-        "the guest failed ({status:?})\n{}",
-        transcript()
-    );
+    live::assert_passed(&console, status, "the guest failed", transcript);
     // The last daemon ends with its front-end and takes the socket files with it.
     let last = exited(&mut reaper.0[0], EXIT_LIMIT);
     assert!(last.is_some_and(|s| s.success()), "{}", transcript());
@@ -312,12 +306,7 @@ fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     assert_locks_held_by(&s, first_pid, "the old daemon");
     fs::write(s.share.join(".stop"), b"").unwrap();
     let status = exited(&mut reaper.0[1], guest.timeout);
-    assert_eq!(
-        guest::scenario_exit(&guest::read_lossy(&console)),
-        Some(0),
-        "the guest failed ({status:?})\n{}",
-        transcript()
-    );
+    live::assert_passed(&console, status, "the guest failed", transcript);
 }
 
 /// A daemon (no guest) on `s`'s socket, and the outcome of `union-virtiofsd ... --upgrade`.

@@ -513,7 +513,7 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
     let daemon_log = work.path().join("backend.log");
     let console_log = work.path().join("console.log");
     let script = work.path().join("scenario.sh");
-    fs::write(&script, format!("{PRELUDE}\n{scenario}\n")).expect("write scenario");
+    write_scenario(&script, scenario);
 
     let mut reaper = Reaper(Vec::new());
     reaper.0.push(spawn_backend(backend, &socket, &daemon_log));
@@ -539,6 +539,11 @@ fn run_unserialized(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
         timed_out,
         elapsed,
     }
+}
+
+/// Writes the scenario file the guest runs: [`PRELUDE`], then `scenario`.
+pub fn write_scenario(path: &Path, scenario: &str) {
+    fs::write(path, format!("{PRELUDE}\n{scenario}\n")).expect("write scenario");
 }
 
 /// Starts `backend` with `{socket}` standing for `socket`, output into `log`, and waits (bounded)

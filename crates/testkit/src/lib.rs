@@ -10,6 +10,7 @@ pub mod errno;
 pub mod fsharness;
 pub mod guest;
 pub mod hostlocks;
+pub mod live;
 pub mod mergerfs_diff;
 pub mod migrate;
 pub mod proc;
