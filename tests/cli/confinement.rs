@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use testkit::proc::{daemon, sandboxed_child, status_field, wait_exit, wait_socket};
+use testkit::proc::{daemon_on, sandboxed_child, start, status_field, wait_exit, wait_socket};
 use testkit::users;
 use vufs_frontend::{ops, ConnectOptions, Device};
 
@@ -43,19 +43,13 @@ fn the_daemon_keeps_only_virtiofsds_capabilities_and_modcaps_changes_them() {
         (Some("+sys_admin:-MKNOD"), "mandatory", Some(21), Some(27)),
     ] {
         let sock = work.path().join("s");
-        let mut cmd = daemon();
-        cmd.arg("--socket-path")
-            .arg(&sock)
-            .arg("--shared-dir")
-            .arg(&branch)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let mut cmd = daemon_on(&sock);
+        cmd.arg("--shared-dir").arg(&branch);
         cmd.arg(format!("--inode-file-handles={handles}"));
         if let Some(m) = modcaps {
             cmd.arg(format!("--modcaps={m}"));
         }
-        let mut child = cmd.spawn().unwrap();
-        wait_socket(&sock);
+        let mut child = start(&mut cmd, &sock);
         let inner = sandboxed_child(child.id());
         // Once it serves, it is confined.
         let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
@@ -100,14 +94,10 @@ fn a_forbidden_system_call_kills_the_daemon_under_seccomp_kill() {
     let work = tempfile::tempdir().unwrap();
     let sock = work.path().join("s");
     for sandbox in ["namespace", "none"] {
-        let mut child = daemon()
-            .arg("--socket-path")
-            .arg(&sock)
+        let mut child = daemon_on(&sock)
             .arg("--shared-dir")
             .arg(work.path())
             .args(["--sandbox", sandbox, "--test-forbidden-syscall"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -182,17 +172,14 @@ fn a_forbidden_system_call_is_logged_and_allowed_under_seccomp_log() {
     let mut logged = None;
     for _ in 0..3 {
         let mut kmsg = Kmsg::from_now();
-        let mut child = daemon()
-            .arg("--socket-path")
-            .arg(&sock)
-            .arg("--shared-dir")
-            .arg(work.path())
-            .args(["--seccomp", "log", "--test-forbidden-syscall"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_socket(&sock);
+        let mut child = start(
+            daemon_on(&sock).arg("--shared-dir").arg(work.path()).args([
+                "--seccomp",
+                "log",
+                "--test-forbidden-syscall",
+            ]),
+            &sock,
+        );
         let inner = sandboxed_child(child.id());
         // The call was allowed: the daemon goes on and serves.
         let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
@@ -225,19 +212,15 @@ fn the_chroot_sandbox_roots_the_daemon_in_its_own_descriptors_and_serves() {
     std::fs::create_dir(&b).unwrap();
     std::fs::write(b.join("low"), "from b").unwrap();
     let sock = work.path().join("s");
-    let mut child = daemon()
-        .arg("--socket-path")
-        .arg(&sock)
-        .arg("--branch")
-        .arg(&a)
-        .arg("--branch")
-        .arg(format!("{}=RO", b.display()))
-        .args(["--sandbox", "chroot"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_socket(&sock);
+    let mut child = start(
+        daemon_on(&sock)
+            .arg("--branch")
+            .arg(&a)
+            .arg("--branch")
+            .arg(format!("{}=RO", b.display()))
+            .args(["--sandbox", "chroot"]),
+        &sock,
+    );
     let pid = child.id();
     // Its root is its own /proc/PID/fd: every name there is a descriptor number.
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use testkit::alone;
-use testkit::proc::{daemon, sandboxed_child, wait_exit, wait_socket};
+use testkit::proc::{daemon, daemon_on, sandboxed_child, start, wait_exit, wait_socket};
 use testkit::signal;
 
 use vufs_frontend::{ops, ConnectOptions, Device};
@@ -50,16 +50,7 @@ fn serves_an_inherited_listening_socket() {
 
 /// The daemon with its defaults serving `branch` on `sock`, once the socket exists.
 fn serving(sock: &std::path::Path, branch: &std::path::Path) -> std::process::Child {
-    let child = daemon()
-        .arg("--socket-path")
-        .arg(sock)
-        .arg("--branch")
-        .arg(branch)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_socket(sock);
-    child
+    start(daemon_on(sock).arg("--branch").arg(branch), sock)
 }
 
 #[test]
@@ -141,18 +132,14 @@ fn the_default_sandbox_shows_only_the_branches() {
     std::fs::create_dir(&b).unwrap();
     std::fs::write(a.join("in-a"), "a").unwrap();
     let sock = work.path().join("s");
-    let mut child = daemon()
-        .arg("--socket-path")
-        .arg(&sock)
-        .arg("--branch")
-        .arg(&a)
-        .arg("--branch")
-        .arg(format!("{}=RO", b.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_socket(&sock);
+    let mut child = start(
+        daemon_on(&sock)
+            .arg("--branch")
+            .arg(&a)
+            .arg("--branch")
+            .arg(format!("{}=RO", b.display())),
+        &sock,
+    );
     let inner = sandboxed_child(child.id());
     let names = |p: String| {
         let mut v: Vec<String> = std::fs::read_dir(p)

@@ -2,12 +2,30 @@
 //! for the socket, the exit and the sandboxed child (no fixed sleeps).
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The daemon binary cargo built for this test run.
 pub fn daemon() -> Command {
     Command::new(crate::bin::daemon_path())
+}
+
+/// The daemon binary with `--socket-path sock` and its output discarded: the caller adds the
+/// rest of the command line, then [`start`]s it (or spawns a daemon that will not serve).
+pub fn daemon_on(sock: &Path) -> Command {
+    let mut cmd = daemon();
+    cmd.arg("--socket-path")
+        .arg(sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// Spawns the daemon command `cmd` and waits (bounded) until it has created `sock`.
+pub fn start(cmd: &mut Command, sock: &Path) -> Child {
+    let child = cmd.spawn().expect("spawn the daemon");
+    wait_socket(sock);
+    child
 }
 
 /// Waits (bounded) for the child to exit; its exit code (-1 if a signal ended it).
