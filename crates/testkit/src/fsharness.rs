@@ -1,7 +1,7 @@
 //! Test support for driving `UnionFs` directly through the `FileSystem` trait over real
 //! directories: zero-copy adapters backed by plain buffers, and small helpers.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
 use std::path::Path;
 
@@ -147,14 +147,25 @@ pub fn walk(fs: &UnionFs, path: &str) -> io::Result<Entry> {
 
 /// Creates `name` in `parent` with `data` and closes it; returns its entry.
 pub fn create_file(fs: &UnionFs, parent: u64, name: &str, data: &[u8]) -> io::Result<Entry> {
+    create_with(fs, parent, &c(name), libc::O_RDWR as u32, data)
+}
+
+/// [`create_file`] with the open `flags` of the CREATE request (mode 0644, no umask).
+pub fn create_with(
+    fs: &UnionFs,
+    parent: u64,
+    name: &CStr,
+    flags: u32,
+    data: &[u8],
+) -> io::Result<Entry> {
     let args = CreateIn {
-        flags: libc::O_RDWR as u32,
+        flags,
         mode: 0o644,
         umask: 0,
         fuse_flags: 0,
     };
-    let (e, fh, _, _) = fs.create(&ctx(), parent, &c(name), args)?;
-    let fh = fh.unwrap();
+    let (e, fh, _, _) = fs.create(&ctx(), parent, name, args)?;
+    let fh = fh.expect("create opens a handle");
     let n = fs.write(
         &ctx(),
         e.inode,

@@ -15,14 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use fuse_backend_rs::abi::fuse_abi::{CreateIn, SetattrValid};
+use fuse_backend_rs::abi::fuse_abi::SetattrValid;
 use fuse_backend_rs::api::filesystem::FileSystem;
 use tempfile::TempDir;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 // `io(r)`: a host or union result as the scenario records it.
 use crate::errno::{self, result as io};
-use crate::fsharness::{c, ctx, list, read_file, union_with, walk, SliceReader};
+use crate::fsharness::{c, create_with, ctx, list, read_file, union_with, walk, SliceReader};
 use crate::tmpfs::Tmpfs;
 use crate::tree;
 
@@ -503,28 +503,8 @@ impl Ops for UnionOps<'_> {
         if self.fs.lookup(&ctx(), parent, &name).is_ok() {
             return Err(libc::EEXIST);
         }
-        let args = CreateIn {
-            flags: (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) as u32,
-            mode: 0o644,
-            umask: 0,
-            fuse_flags: 0,
-        };
-        let (e, fh, _, _) = io(self.fs.create(&ctx(), parent, &name, args))?;
-        let fh = fh.expect("create opens a handle");
-        let n = io(self.fs.write(
-            &ctx(),
-            e.inode,
-            fh,
-            &mut SliceReader(data.to_vec(), 0),
-            data.len() as u32,
-            0,
-            None,
-            false,
-            0,
-            0,
-        ))?;
-        assert_eq!(n, data.len());
-        io(self.fs.release(&ctx(), e.inode, 0, fh, false, false, None))
+        let flags = (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) as u32;
+        io(create_with(&self.fs, parent, &name, flags, data)).map(drop)
     }
     fn mkdir(&self, path: &str, mode: u32) -> R<()> {
         let (parent, name) = self.parent(path)?;
