@@ -10,11 +10,11 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use testkit::guest;
 use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
 
 /// Scenario lines that make guest user `u` (uid/gid 1000) for `su u -c …`.
 const ADD_USER_U: &str = r#"echo "u:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
 echo "u:x:1000:" >>/etc/group"#;
-use testkit::tmpfs::Tmpfs;
 
 #[test]
 fn open_unlinked_files_hard_links_renames_and_device_nodes_in_guest() {
