@@ -4,7 +4,7 @@
 #
 # One initramfs serves every scenario: a test appends a second, uncompressed cpio archive holding
 # /scenario.sh to it (the kernel unpacks concatenated archives in order), see qemu/run-guest.sh and
-# tests/support/guest.rs. Rebuilt only when qemu/init or busybox is newer than the cached image.
+# crates/testkit/src/guest.rs. Rebuilt only when qemu/init or busybox is newer than the cached image.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
