@@ -7,20 +7,15 @@
 //! ```
 //! `{socket}` becomes the vhost-user socket, `{dir}` a fresh temporary directory to serve.
 //!
-//! With `--mergerfs` first, it runs the union e2e scenario instead (tests/support/union_case.rs),
+//! With `--mergerfs` first, it runs the union e2e scenario instead (crates/testkit/src/union_case.rs),
 //! with `{dir}` a mergerfs mount of branch a (RW) and a read-only bind mount of branch b (RO): a
 //! check that the e2e test's expectations are mergerfs's behaviour. Needs root, mergerfs, FUSE.
-
-#[path = "../tests/support/guest.rs"]
-mod guest;
-#[path = "../tests/support/tree.rs"]
-mod tree;
-#[path = "../tests/support/union_case.rs"]
-mod union_case;
 
 use std::fs;
 use std::path::Path;
 use std::process::{Command, ExitCode};
+
+use testkit::{guest, union_case};
 
 const SCENARIO: &str = r#"
 expect_eq "$(cat hello.txt)" "from host" "read host file"
@@ -58,7 +53,7 @@ fn path_str(p: &Path) -> &str {
 /// The union scenario against `backend` serving a mergerfs mount of the union-case branches.
 fn mergerfs_reference(program: &str, args: &[String]) -> ExitCode {
     let br = union_case::branches();
-    let b_before = union_case::snapshot_b(&br);
+    let b_before = testkit::tree::snapshot(br.b.path());
     let (b_ro, mnt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // mergerfs's RO mode only keeps creates off a branch; a read-only bind mount makes writes to
     // existing files fail with EROFS too, which is what our RO mode promises.

@@ -2,7 +2,7 @@
  * this adds O_DIRECT to every open of the one path named by $ODIRECT_PATH (compared as given to
  * open, e.g. "fsx-odirect-all" relative to the working directory). Its artifacts (-P /tmp) are
  * other paths and stay buffered. The first time it adds O_DIRECT it prints
- * "fsx-odirect: O_DIRECT on PATH" to stderr, which tests/e2e_integrity.rs looks for.
+ * "fsx-odirect: O_DIRECT on PATH" to stderr, which tests/guest/integrity.rs looks for.
  * scripts/build-tools-initrd.sh fsx builds it (cc -shared -fPIC -O2) into
  * /opt/tools/lib/fsx-odirect.so.
  *

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A minimal Debian (bookworm, debootstrap --variant=minbase) as a tar archive, the read-only
-# base layer of tests/e2e_cow_image.rs, and a small local package to install on it
+# base layer of tests/guest/cow_image.rs, and a small local package to install on it
 # (uvfs-hello, built with dpkg-deb). Cached in $UVFS_CACHE/debian-base/ (rebuilt when this
 # script changes); prints the directory.
 # Needs root and deb.debian.org (a package registry). About 30 s the first time.

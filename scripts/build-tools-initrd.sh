@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs host programs the guest's busybox lacks into an uncompressed cpio archive that tests
-# append to the initramfs (tests/support/guest.rs, Guest::extra_initrd): util-linux's flock,
+# append to the initramfs (crates/testkit/src/guest.rs, Guest::extra_initrd): util-linux's flock,
 # coreutils' cp (copy_file_range, --reflink), sync (-f: syncfs) and stat (statx), xfs_io
 # (statx), e2fsprogs' chattr and lsattr (inode flags), attr's getfattr and setfattr and acl's
 # getfacl and setfacl, with the shared libraries they
@@ -10,16 +10,16 @@
 # archive's path: $UVFS_GUEST_CACHE/tools.cpio. Rebuilt when the contents of this script or of
 # a program it packs change.
 #   scripts/build-tools-initrd.sh stress
-# packs stress-ng (its lock stressors: tests/e2e_lock_waits.rs) the same way, on its own
+# packs stress-ng (its lock stressors: tests/guest/lock_waits.rs) the same way, on its own
 # (30 MB): stress.cpio.
 #   scripts/build-tools-initrd.sh fio
-# packs fio (with --verify: the I/O load of tests/e2e_upgrade.rs) the same way:
+# packs fio (with --verify: the I/O load of tests/guest/upgrade.rs) the same way:
 # fio.cpio.
 #   scripts/build-tools-initrd.sh fsx
 # packs the fsx data-integrity exerciser (cargo install'ed into $UVFS_TOOLS/fsx if absent),
 # qemu/fsx-all.toml, a mix with every operation it has, and qemu/fsx-odirect.c built as
 # /opt/tools/lib/fsx-odirect.so (LD_PRELOAD'ed, it opens fsx's file with O_DIRECT)
-# (tests/e2e_integrity.rs): fsx.cpio.
+# (tests/guest/integrity.rs): fsx.cpio.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"

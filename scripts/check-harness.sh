@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Validates the real-guest harness (tests/support/guest.rs) end to end against the reference
+# Validates the real-guest harness (crates/testkit/src/guest.rs) end to end against the reference
 # virtiofsd, independently of our daemon: runs examples/guest_backend.rs with it (a smoke scenario
 # on a plain directory, then the e2e union scenario on mergerfs, which checks that the e2e test's
 # expectations are mergerfs's behaviour). Not part of CI; needs root and /dev/fuse for mergerfs.

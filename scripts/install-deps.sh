@@ -6,8 +6,8 @@
 # unprivileged daemon's --uid-map), stress-ng (the guest's lock stressors) and fio (the guest's
 # I/O load during an upgrade in place), attr and acl (getfattr/setfattr, getfacl/setfacl for
 # the guest's xattr and ACL tests), checkpolicy (compiles the guest's SELinux test policy:
-# tests/e2e_security_label.rs). Also makes the
-# system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/confinement.rs). Adds the bookworm-backports apt source if missing.
+# tests/guest/security_label.rs). Also makes the
+# system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/cli/confinement.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -54,7 +54,7 @@ if [ -x /usr/bin/qemu-system-x86_64 ]; then
     [ "${major:-0}" -ge 8 ] && qemu_ok=1
 fi
 
-# libvirt 11 from backports too: the launcher test runs the real libvirtd (tests/e2e_libvirt.rs).
+# libvirt 11 from backports too: the launcher test runs the real libvirtd (tests/guest/libvirt.rs).
 libvirt_ok=0
 if [ -x /usr/sbin/libvirtd ] && [ -x /usr/bin/virsh ]; then
     lv=$(/usr/sbin/libvirtd --version | sed -n 's/.* \([0-9]*\)\.[0-9.]*$/\1/p')

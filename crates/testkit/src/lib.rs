@@ -1,0 +1,22 @@
+//! Support code of union-virtiofsd's integration tests (tests/*/main.rs): the daemon as a
+//! process, the `FileSystem` harness, host trees and locks, the mergerfs comparison, and the
+//! real-guest and migration harnesses. Only tests and examples use it; it never ships.
+
+pub mod alone;
+pub mod bin;
+pub mod ctl;
+pub mod daemon;
+pub mod errno;
+pub mod fsharness;
+pub mod guest;
+pub mod hostlocks;
+pub mod live;
+pub mod mergerfs_diff;
+pub mod migrate;
+pub mod proc;
+pub mod qmp;
+pub mod signal;
+pub mod tmpfs;
+pub mod tree;
+pub mod union_case;
+pub mod users;

@@ -1,0 +1,243 @@
+//! The POSIX conformance suite pjdfstest (the Rust port, 398 cases) run as root inside the real
+//! test guest, in a directory of the share, on one RW branch and on three RW branches (tmpfs).
+//! Every case must pass. The 13 `*::erofs_*` cases remount the share read-only and back; they
+//! run in a second pass of their own (within the full run an earlier case leaves files open for
+//! writing, so the remount is busy with any backend) and must all pass there. The one case the
+//! suite skips, `link::link_count_max`, needs a LINK_MAX that FUSE does not report ([`EXPECTED_SKIPS`]).
+//! Any other skip fails.
+
+use std::time::Duration;
+
+use testkit::guest;
+use testkit::guest::{Backend, Guest, Mode};
+use testkit::tmpfs::Tmpfs;
+
+/// Cases the suite itself skips in this guest, by name prefix, with the reason it prints.
+const EXPECTED_SKIPS: &[(&str, &str)] = &[("link::link_count_max", "LINK_MAX")];
+
+/// Cases that race inside the guest kernel, not in the daemon: `open::etxtbsy` opens a file
+/// for writing just after spawning it and expects ETXTBSY; about one run in 40 the open wins
+/// the race, with the reference virtiofsd 1.14 on the same guest too (1 in 80 with its default
+/// cache mode). A failure of one of these is rerun three times on its own, and all three must
+/// pass.
+const RACY: &[&str] = &["open::etxtbsy"];
+
+/// What one suite run reported.
+#[derive(Debug)]
+struct Summary {
+    failed: u32,
+    skipped: u32,
+    passed: u32,
+    total: u32,
+    failures: Vec<String>,
+    skips: Vec<String>,
+}
+
+/// `line` without ANSI colour sequences (the suite colours its output).
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ params letter
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn parse(lines: &[String]) -> Summary {
+    let lines: Vec<String> = lines.iter().map(|l| plain(l)).collect();
+    let num = |line: &str, word: &str| -> u32 {
+        line.split(',')
+            .find_map(|part| {
+                part.trim()
+                    .strip_suffix(word)?
+                    .trim()
+                    .rsplit(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no '{word}' count in {line:?}"))
+    };
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no summary line in the suite's output:\n{}",
+                lines.join("\n")
+            )
+        });
+    let mut failures = Vec::new();
+    let mut skips = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let l = l.trim_end();
+        if l.ends_with("FAILED") {
+            let why = lines.get(i + 1).map(|s| s.trim()).unwrap_or_default();
+            failures.push(format!(
+                "{} ({why})",
+                l.split_whitespace().next().unwrap_or(l)
+            ));
+        } else if l.ends_with("skipped") {
+            let why = lines.get(i + 1).map(|s| s.trim()).unwrap_or_default();
+            skips.push(format!(
+                "{}: {why}",
+                l.split_whitespace().next().unwrap_or(l)
+            ));
+        }
+    }
+    Summary {
+        failed: num(summary, "failed"),
+        skipped: num(summary, "skipped"),
+        passed: num(summary, "passed"),
+        total: num(summary, "total"),
+        failures,
+        skips,
+    }
+}
+
+/// The suite in a guest over `branches`, the daemon started with `-o minfreespace=1M,` and
+/// `opts`.
+fn run_suite(branches: &[&Tmpfs], opts: &str) -> Summary {
+    let specs: Vec<_> = branches.iter().map(|t| (t.path(), Mode::Rw)).collect();
+    let opts = format!("minfreespace=1M{opts}");
+    let backend = Backend::union(&specs, &["-o", &opts]).at_info();
+    let guest = Guest {
+        timeout: Duration::from_secs(600),
+        extra_initrd: vec![guest::pjdfstest_initrd()],
+        ..Guest::default()
+    };
+    let scenario = r#"
+mkdir /mnt/pjd
+# coreutils' sleep first (see scripts/build-pjdfstest-initrd.sh).
+export PATH=/usr/bin:$PATH
+# -s: a second filesystem (the guest's /tmp) for the EXDEV cases.
+pjdfstest -c /etc/pjdfstest.toml -p /mnt/pjd -s /tmp >/tmp/suite.out 2>&1 || true
+section pjdfstest cat /tmp/suite.out
+# The erofs cases, which the full run skips, on their own with allow_remount (they remount the
+# share read-only and back; within the full run an earlier case leaves files open for writing,
+# so the remount would be busy, with any backend).
+sed 's/^allow_remount = false/allow_remount = true/' /etc/pjdfstest.toml >/tmp/remount.toml
+pjdfstest -c /tmp/remount.toml -p /mnt/pjd erofs_ >/tmp/erofs.out 2>&1 || true
+section erofs cat /tmp/erofs.out
+# A case that races in the guest kernel is run again on its own, three times.
+echo "=== BEGIN retries ==="
+for case in RACY_CASES; do
+    if grep "$case" /tmp/suite.out | grep -q FAILED; then
+        for i in 1 2 3; do pjdfstest -c /etc/pjdfstest.toml -p /mnt/pjd "$case" 2>&1 | grep Summary || true; done
+    fi
+done
+echo "=== END retries ==="
+"#
+    .replace("RACY_CASES", &RACY.join(" "));
+    let run = guest::run_scenario(&backend, &guest, &scenario);
+    run.assert_success();
+    let out = run
+        .section("pjdfstest")
+        .unwrap_or_else(|| panic!("no suite output:\n{}", run.transcript()));
+    let mut s = parse(&out);
+    // The erofs cases skipped above ran on their own: each must have passed there.
+    let erofs = parse(
+        &run.section("erofs")
+            .unwrap_or_else(|| panic!("no erofs output:\n{}", run.transcript())),
+    );
+    let erofs_skipped = s.skips.iter().filter(|k| k.contains("erofs_")).count() as u32;
+    assert!(
+        erofs.failed == 0 && erofs.skipped == 0 && erofs.passed == erofs_skipped,
+        "the {erofs_skipped} erofs cases on their own: {erofs:?}"
+    );
+    s.skips.retain(|k| !k.contains("erofs_"));
+    s.skipped -= erofs_skipped;
+    s.passed += erofs.passed;
+    // A racy case that failed counts as passed only if each of its three reruns passed.
+    let retries: Vec<String> = run
+        .section("retries")
+        .unwrap_or_default()
+        .iter()
+        .map(|l| plain(l))
+        .collect();
+    for case in RACY {
+        if let Some(i) = s
+            .failures
+            .iter()
+            .position(|f| f.starts_with(&format!("{case} ")))
+        {
+            let passed = retries
+                .iter()
+                .filter(|l| l.starts_with("Summary: 0 failed,") && l.contains(", 1 passed,"))
+                .count();
+            eprintln!("{case} failed once (a guest-kernel race), reruns passed {passed}/3");
+            if passed == 3 {
+                s.failures.remove(i);
+                s.failed -= 1;
+                s.passed += 1;
+            }
+        }
+    }
+    eprintln!(
+        "pjdfstest on {} branch(es): {} passed, {} failed, {} skipped of {} in {:?}",
+        branches.len(),
+        s.passed,
+        s.failed,
+        s.skipped,
+        s.total,
+        run.elapsed
+    );
+    for f in &s.failures {
+        eprintln!("  FAILED {f}");
+    }
+    s
+}
+
+fn check(s: &Summary) {
+    assert_eq!(
+        s.failed,
+        0,
+        "{} failing cases:\n  {}",
+        s.failures.len(),
+        s.failures.join("\n  ")
+    );
+    assert!(s.total >= 398 && s.passed + s.skipped == s.total, "{s:?}");
+    let unexpected: Vec<_> = s
+        .skips
+        .iter()
+        .filter(|k| {
+            !EXPECTED_SKIPS
+                .iter()
+                .any(|(name, why)| k.contains(name) && k.contains(why))
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "unexpected skips: {unexpected:#?}");
+}
+
+#[test]
+fn pjdfstest_passes_on_one_branch_in_guest() {
+    let a = Tmpfs::new("256M");
+    check(&run_suite(&[&a], ""));
+}
+
+#[test]
+fn pjdfstest_passes_on_three_branches_in_guest() {
+    let (a, b, c) = (Tmpfs::new("256M"), Tmpfs::new("256M"), Tmpfs::new("256M"));
+    check(&run_suite(&[&a, &b, &c], ""));
+}
+
+/// With only 16 node descriptors open, nodes are closed and reopened all the time: by path
+/// (`never`) or by file handle (`mandatory`; the default `prefer` is the runs above).
+#[test]
+fn pjdfstest_passes_with_nodes_reopened_by_path_and_by_handle() {
+    for mode in ["never", "mandatory"] {
+        let a = Tmpfs::new("256M");
+        let s = run_suite(&[&a], &format!(",node-fds=16,inode-file-handles={mode}"));
+        eprintln!("--inode-file-handles={mode}: {s:?}");
+        check(&s);
+    }
+}
