@@ -57,7 +57,7 @@ pub fn parse(mut block: &[u8]) -> Result<Option<SecContext>, ExtError> {
     while !block.is_empty() {
         let (h, _) = take::<ExtHeader>(block)?;
         let size = h.size as usize;
-        if size < size_of::<ExtHeader>() || size % 8 != 0 || size > block.len() {
+        if size < size_of::<ExtHeader>() || !size.is_multiple_of(8) || size > block.len() {
             return Err(ExtError::Malformed);
         }
         let (this, rest) = block.split_at(size);

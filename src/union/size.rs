@@ -38,7 +38,7 @@ pub fn parse_size(s: &str) -> Result<u64, ParseSizeError> {
 /// A size as mergerfs shows it: the largest of T, G, M or K that divides it exactly, else bytes.
 pub fn humanize(bytes: u64) -> String {
     for (unit, shift) in [('T', 40), ('G', 30), ('M', 20), ('K', 10)] {
-        if bytes >= 1 << 10 && bytes % (1u64 << shift) == 0 {
+        if bytes >= 1 << 10 && bytes.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }

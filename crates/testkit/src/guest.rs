@@ -106,17 +106,21 @@ impl Backend {
     }
 }
 
-/// virtiofsd 1.14, the reference daemon (`$UVFS_VIRTIOFSD`, else scripts/test.sh's
-/// `.cache/tools/virtiofsd/bin/virtiofsd`); panics with how to install it if it is missing.
+/// virtiofsd 1.14, the reference daemon: `$UVFS_VIRTIOFSD` (scripts/test.sh sets it), else
+/// what scripts/lib.sh's `install_virtiofsd` prints (installing it into the cache once); panics
+/// with the reason if neither gives one.
 pub fn virtiofsd_binary() -> PathBuf {
-    let path = std::env::var_os("UVFS_VIRTIOFSD").map_or_else(
-        || repo_root().join(".cache/tools/virtiofsd/bin/virtiofsd"),
-        PathBuf::from,
-    );
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = PATH.get_or_init(|| match std::env::var_os("UVFS_VIRTIOFSD") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => run_shell_path(". scripts/lib.sh && install_virtiofsd"),
+    });
+    let path = found
+        .clone()
+        .unwrap_or_else(|e| panic!("virtiofsd 1.14: {e} (or set UVFS_VIRTIOFSD)"));
     assert!(
         path.is_file(),
-        "virtiofsd not found at {}: scripts/test.sh installs it (install_virtiofsd in \
-         scripts/lib.sh), or set UVFS_VIRTIOFSD",
+        "virtiofsd not found at {} (set UVFS_VIRTIOFSD)",
         path.display()
     );
     path
@@ -273,6 +277,25 @@ fn run_path_script_env(name: &str, env: &[(&str, &str)]) -> Result<PathBuf, Stri
 /// [`run_path_script`] with arguments.
 fn run_path_script_args(name: &str, args: &[&str]) -> Result<PathBuf, String> {
     run_path_script_with(name, args, &[])
+}
+
+/// Runs `bash -c COMMAND` in the repository and returns the path it prints as its last line.
+fn run_shell_path(command: &str) -> Result<PathBuf, String> {
+    let out = Command::new("bash")
+        .args(["-c", command])
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run bash: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.lines().last().map(str::trim) {
+        Some(p) if out.status.success() && Path::new(p).is_file() => Ok(PathBuf::from(p)),
+        _ => Err(format!(
+            "`{command}` failed ({}): {stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
 }
 
 fn run_path_script_with(
