@@ -174,7 +174,9 @@ impl Iterator for TableWalk<'_> {
                 .load();
             if d.refers_to_indirect_table() {
                 let entries = d.len() as usize / DESC;
-                if self.indirect || !(d.len() as usize).is_multiple_of(DESC) || entries > usize::from(u16::MAX)
+                if self.indirect
+                    || !(d.len() as usize).is_multiple_of(DESC)
+                    || entries > usize::from(u16::MAX)
                 {
                     return None;
                 }

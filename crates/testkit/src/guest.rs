@@ -10,7 +10,7 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -474,14 +474,55 @@ impl Drop for Reaper {
     }
 }
 
-/// Guests run one at a time: TCG on two cores is slow enough that parallel guests would hit
-/// timeouts, and each run's timeout should measure only its own guest.
-static GUEST_LOCK: Mutex<()> = Mutex::new(());
+/// Guests (QEMU processes) that may run at once: `UVFS_GUESTS`, else one per core. A TCG guest
+/// with one vCPU keeps one core busy, so two cores run two guests side by side at about the
+/// speed of one; harnesses whose checks time the guest or the daemon take every slot
+/// ([`serialize_guests`]).
+fn guest_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::env::var("UVFS_GUESTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| thread::available_parallelism().map_or(1, usize::from))
+            .max(1)
+    })
+}
 
-/// Holds the lock that runs guests one at a time (see [`run_scenario`]), for harnesses that
-/// start their own QEMUs.
-pub fn serialize_guests() -> std::sync::MutexGuard<'static, ()> {
-    GUEST_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// Slots in use (see [`guest_slots`]), and the condition a test waits on for free ones.
+static SLOTS_USED: Mutex<usize> = Mutex::new(0);
+static SLOT_FREED: Condvar = Condvar::new();
+
+/// Slots held for running guests, given back when dropped.
+#[must_use = "the slots are given back when this is dropped"]
+pub struct GuestSlots(usize);
+
+impl GuestSlots {
+    /// Waits until `n` slots (at most all of them) are free and takes them.
+    fn take(n: usize) -> Self {
+        let n = n.clamp(1, guest_slots());
+        let mut used = SLOTS_USED.lock().unwrap_or_else(|e| e.into_inner());
+        while *used + n > guest_slots() {
+            used = SLOT_FREED.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += n;
+        GuestSlots(n)
+    }
+}
+
+impl Drop for GuestSlots {
+    fn drop(&mut self) {
+        let mut used = SLOTS_USED.lock().unwrap_or_else(|e| e.into_inner());
+        *used -= self.0;
+        SLOT_FREED.notify_all();
+    }
+}
+
+/// Takes every guest slot: no other guest runs until the result is dropped. For harnesses
+/// that start their own QEMUs (two for a migration) or whose checks time the guest or read the
+/// daemon's memory, which a second guest beside them would disturb.
+pub fn serialize_guests() -> GuestSlots {
+    GuestSlots::take(usize::MAX)
 }
 
 /// Spawns `cmd` as the leader of a new process group, stdin from /dev/null, stdout and stderr
@@ -502,7 +543,7 @@ pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
 /// kernel, backend that never creates its socket); a failing scenario is reported in the result.
 pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRun {
     require_qemu();
-    let _serial = serialize_guests();
+    let _slot = GuestSlots::take(1);
     run_unserialized(backend, guest, scenario)
 }
 
@@ -511,7 +552,7 @@ pub fn run_scenario(backend: &Backend, guest: &Guest, scenario: &str) -> GuestRu
 /// other must do so through the share, with a deadline.
 pub fn run_together(runs: &[(&Backend, &Guest, &str)]) -> Vec<GuestRun> {
     require_qemu();
-    let _serial = serialize_guests();
+    let _slots = GuestSlots::take(runs.len());
     thread::scope(|s| {
         let handles: Vec<_> = runs
             .iter()
