@@ -446,3 +446,7 @@ impl Received {
 pub fn answered(channel: &UnixStream) -> io::Result<()> {
     send(channel, &ToOld::Answered, &[])
 }
+
+#[cfg(test)]
+#[path = "upgrade_tests.rs"]
+mod tests;

@@ -139,3 +139,123 @@ fn version_1_is_the_layout_1e60aa4_wrote() {
     want.extend_from_slice(&body);
     assert_eq!(bytes, want);
 }
+
+/// Written by the daemon of commit 1e60aa4 (the last to write version 1) over a busy session:
+/// `scripts/make-golden-session.sh` (see `tests/golden/README.md`).
+const GOLDEN_V1: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/device-state-v1.bin"
+));
+/// Written by this daemon (version 2) over the same busy session, with POSIX ACLs, security
+/// contexts and idmap negotiated and the branch set edited.
+const GOLDEN_V2: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/device-state-v2.bin"
+));
+
+/// What both golden sessions hold (the generator's busy session): root, `dir`, `dir/a`,
+/// `dir/b`, `dir/sub`, and `dir/hl` = `dir/hl2` (one node, two names); `hl` open read-write,
+/// copied up and POSIX-locked; `a` open read-only with an flock; `dir` open and read.
+fn check_busy(s: &DeviceState) {
+    use crate::fs::session::{CopiedUpImage, OpenImage};
+    let img = &s.session;
+    assert!(s.max_pages > 0 && s.max_write > 0);
+    assert_eq!(img.nodes.len(), 6, "{:?}", img.nodes);
+    let node = |id: u64| img.nodes.iter().find(|n| n.id == id).expect("node");
+    let (dir, a, hl) = (2, 3, 6);
+    assert_eq!(node(1).locate, Locate::Unbound);
+    assert!(node(dir).is_dir);
+    assert_eq!(node(dir).names, vec![(1, b"dir".to_vec())]);
+    assert_eq!(node(a).names, vec![(dir, b"a".to_vec())]);
+    assert_eq!(
+        node(hl).names,
+        vec![(dir, b"hl".to_vec()), (dir, b"hl2".to_vec())]
+    );
+    assert_eq!(node(hl).lookups, 2);
+    assert!(matches!(node(hl).locate, Locate::Path { branch: 0 }));
+    assert_eq!(img.next_node, 7);
+    assert_eq!(img.open.len(), 3);
+    assert!(img.open.contains(&OpenImage::File {
+        fh: 1,
+        inode: hl,
+        flags: libc::O_RDWR as u32,
+    }));
+    assert!(img.open.contains(&OpenImage::File {
+        fh: 2,
+        inode: a,
+        flags: libc::O_RDONLY as u32,
+    }));
+    let listing = img
+        .open
+        .iter()
+        .find_map(|o| match o {
+            OpenImage::Dir {
+                fh: 3,
+                inode,
+                listing,
+            } if *inode == dir => listing.as_ref(),
+            _ => None,
+        })
+        .expect("dir open and read");
+    let mut names: Vec<&[u8]> = listing.iter().map(|e| e.name.as_slice()).collect();
+    names.sort();
+    assert_eq!(names, [&b"."[..], b"..", b"a", b"b", b"hl", b"hl2", b"sub"]);
+    assert_eq!(img.next_handle, 4);
+    assert_eq!(img.locks.len(), 2);
+    assert!(img.locks.iter().any(|l| matches!(
+        l,
+        LockImage::Posix { inode, owner: 0xa11ce, start: 0, end: 99, write: true, .. } if *inode == hl
+    )));
+    assert!(img.locks.iter().any(|l| matches!(
+        l,
+        LockImage::Flock { inode, fh: 2, write: true, .. } if *inode == a
+    )));
+    assert!(matches!(
+        img.copied_up.as_slice(),
+        [CopiedUpImage { branch: 0, path, .. }] if path == b"dir/hl"
+    ));
+}
+
+#[test]
+fn the_version_1_golden_of_1e60aa4_decodes_with_the_new_fields_defaulted() {
+    assert_eq!(version_of(GOLDEN_V1), Some(1));
+    let s = decode(GOLDEN_V1).unwrap();
+    check_busy(&s);
+    assert_eq!(s.session.branches, 2);
+    assert!(!s.session.posix_acl && !s.session.security_ctx && !s.session.idmap);
+    assert!(s.session.edited_branches.is_empty());
+    // Version 1 is frozen too: written again for a peer that reads only it, byte for byte.
+    assert_eq!(encode_for(s, Versions::FIRST).unwrap(), GOLDEN_V1);
+}
+
+#[test]
+fn the_version_2_golden_decodes_and_is_written_again_byte_for_byte() {
+    assert_eq!(version_of(GOLDEN_V2), Some(2));
+    let s = decode(GOLDEN_V2).unwrap();
+    check_busy(&s);
+    let img = &s.session;
+    assert_eq!(img.branches, 3);
+    assert!(img.posix_acl && img.security_ctx && img.idmap);
+    let tails: Vec<&str> = img
+        .edited_branches
+        .iter()
+        .map(|p| std::str::from_utf8(p).unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(tails, ["upper", "lower", "extra"]);
+    // A change to version 2's layout without a new version fails here.
+    assert_eq!(encode(s.clone()), GOLDEN_V2);
+    // It does not fit version 1.
+    assert!(matches!(
+        encode_for(s, Versions::FIRST),
+        Err(StateError::PeerTooOld { .. })
+    ));
+}
+
+/// A peer that reads 1 and 2 gets version 2 of the version-1 golden, with nothing changed.
+#[test]
+fn the_version_1_golden_moves_on_as_version_2() {
+    let s = decode(GOLDEN_V1).unwrap();
+    let v2 = encode(s.clone());
+    assert_eq!(version_of(&v2), Some(2));
+    assert_eq!(decode(&v2).unwrap(), s);
+}
