@@ -14,8 +14,9 @@
 //!                                             (or, if NEW refuses, through OLD)
 //! ```
 //!
-//! `--edit` edits the branch set without `--v2`'s negotiated extras (which a daemon of
-//! 1e60aa4 does not offer), for a session only version 2 can carry.
+//! `--v2` is `--flags` (the negotiated extras, which a daemon of 1e60aa4 does not offer) and
+//! `--edit` (the branch edit, which needs a control socket: 8e7487e on); either makes a
+//! session only version 2 can carry.
 //!
 //! Going on checks the session came whole: the open file reads, the locks hold (a host flock
 //! fails), the directory listing resumes at its offset, the second name is the same node.
@@ -48,18 +49,18 @@ const OWNER: u64 = 0xa11ce;
 /// Bytes read of the directory listing before the move (two or three entries).
 const FIRST_PAGE: u32 = 80;
 
-/// The branches: `lower` (RO) under `upper` (RW) with `cow=true`; `extra` is added by `--v2`.
+/// The branches: `lower` (RO) under `upper` (RW) with `cow=true`; `extra` is added by `--edit`.
 struct Tree {
     tmp: tempfile::TempDir,
-    /// `--v2`: POSIX ACLs, security contexts, idmap, and the edit.
-    v2: bool,
+    /// `--v2` or `--flags`: POSIX ACLs, security contexts and idmap negotiated.
+    flags: bool,
     /// `--v2` or `--edit`: the branch set edited (a daemon of 1e60aa4 can serve the result,
     /// not read it from a session).
     edit: bool,
 }
 
 impl Tree {
-    fn new(v2: bool, edit: bool) -> Res<Tree> {
+    fn new(flags: bool, edit: bool) -> Res<Tree> {
         let tmp = tempfile::Builder::new().prefix("session-peers").tempdir()?;
         let p = tmp.path();
         for d in ["upper", "lower/dir/sub", "extra", "run"] {
@@ -69,11 +70,7 @@ impl Tree {
         fs::write(p.join("lower/dir/b"), b"beta\n")?;
         fs::write(p.join("lower/dir/hl"), b"hard\n")?;
         fs::hard_link(p.join("lower/dir/hl"), p.join("lower/dir/hl2"))?;
-        Ok(Tree {
-            tmp,
-            v2,
-            edit: edit || v2,
-        })
+        Ok(Tree { tmp, flags, edit })
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -96,7 +93,7 @@ impl Tree {
             a.extend(["--branch".to_string(), b]);
         }
         a.extend(["-o".into(), "cow=true".into()]);
-        if self.v2 {
+        if self.flags {
             a.extend(V2_ARGS.iter().map(|s| s.to_string()));
         }
         a
@@ -140,7 +137,7 @@ struct Busy {
 
 /// Makes the session busy (see the file's text).
 fn make_busy(dev: &mut Device, tree: &Tree, sock: &Path) -> Res<Busy> {
-    let flags = ops::DEFAULT_INIT_FLAGS | if tree.v2 { V2_INIT } else { 0 };
+    let flags = ops::DEFAULT_INIT_FLAGS | if tree.flags { V2_INIT } else { 0 };
     dev.init(flags)?;
     let dir = dev.lookup(ops::ROOT_ID, b"dir")?.nodeid;
     let a = dev.lookup(dir, b"a")?.nodeid;
@@ -449,11 +446,14 @@ fn run() -> Res<()> {
         .filter(|a| !a.starts_with("--"))
         .map(|s| s.as_str())
         .collect();
-    let tree = Tree::new(flag("--v2"), flag("--edit"))?;
+    let tree = Tree::new(
+        flag("--v2") || flag("--flags"),
+        flag("--v2") || flag("--edit"),
+    )?;
     match pos.as_slice() {
         ["golden", bin, out, tag] => golden(Path::new(bin), Path::new(out), tag, &tree),
         ["migrate", src, dst] => migrate(Path::new(src), Path::new(dst), &tree),
         ["upgrade", old, new] => upgrade(Path::new(old), Path::new(new), &tree),
-        _ => Err("usage: session_peers golden BIN OUTDIR TAG | migrate SRC DST | upgrade OLD NEW [--v2 | --edit]".into()),
+        _ => Err("usage: session_peers golden BIN OUTDIR TAG | migrate SRC DST | upgrade OLD NEW [--v2 | --flags | --edit]".into()),
     }
 }

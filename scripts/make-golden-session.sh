@@ -5,7 +5,7 @@
 # (what BIN hands a new daemon), upgrade-refused-TAG.bin (its refusal of an unknown channel
 # version), upgrade-hello-TAG.bin (what BIN says when started with --upgrade).
 #
-#   scripts/make-golden-session.sh BIN TAG [--v2] [OUTDIR]
+#   scripts/make-golden-session.sh BIN TAG [--v2 | --flags | --edit] [OUTDIR]
 #
 #   # version 1, by the daemon of commit 1e60aa4 (the last to write it):
 #   git worktree add /tmp/uvfs-1e60aa4 1e60aa4
@@ -16,8 +16,7 @@
 #   cargo build --bin union-virtiofsd
 #   scripts/make-golden-session.sh "$(. scripts/lib.sh; cargo_out debug)/union-virtiofsd" v2 --v2
 #
-# A new golden replaces one only when its version is new: the tests pin the old ones byte for
-# byte (tests/golden/README.md). Runs as root (cow=true keeps overlayfs xattrs, trusted.*).
+# A released golden is never replaced: the tests pin it byte for byte (tests/golden/README.md). Runs as root (cow=true keeps overlayfs xattrs, trusted.*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -25,13 +24,13 @@ cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
 bin=$(realpath "$1") tag=$2
 shift 2
-v2= out=tests/golden
+opts=() out=tests/golden
 for a in "$@"; do
     case "$a" in
-    --v2) v2=--v2 ;;
+    --*) opts+=("$a") ;;
     *) out=$a ;;
     esac
 done
 mkdir -p "$out"
 cargo build --quiet --example session_peers
-"$(cargo_out debug)/examples/session_peers" golden "$bin" "$out" "$tag" $v2
+"$(cargo_out debug)/examples/session_peers" golden "$bin" "$out" "$tag" "${opts[@]}"

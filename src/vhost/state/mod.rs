@@ -1,7 +1,7 @@
 //! The device state on the wire (VHOST_USER_PROTOCOL_F_DEVICE_STATE): what a migration, a
 //! snapshot or an upgrade moves from one daemon to the next. The front-end (QEMU) carries the
-//! bytes and never looks inside. Only the frozen types of `v1.rs` and `v2.rs` are ever
-//! serialized; the live session types (`fs::session`) are not, so editing them cannot change
+//! bytes and never looks inside. Only the frozen types of `v1.rs`, `v1_interim.rs` and
+//! `v2.rs` are ever serialized; the live session types (`fs::session`) are not, so editing them cannot change
 //! what an older or newer daemon reads.
 //!
 //! Format (all integers little-endian):
@@ -11,20 +11,28 @@
 //! | 8 | magic `UVFSDEV\0` |
 //! | 4 | format version: 1 or 2 |
 //! | 8 | length N of the body |
-//! | N | body: [`v1::DeviceState`] or [`v2::DeviceState`] in postcard's encoding (serde data model, varint integers) |
+//! | N | body: version 1's or 2's (below) in postcard's encoding (serde data model, varint integers) |
 //!
 //! The promise: a daemon reads every version from [`OLDEST`] to [`VERSION`], and writes the
 //! newest its peer reads ([`encode_for`]; for a migration through QEMU the destination cannot
-//! say, so [`VERSION`]). Version 1 is what the daemon of commit 1e60aa4 wrote; version 2 adds
-//! the POSIX ACL, security context and idmap choices and an edited branch set. A golden image
-//! of each version (`tests/golden/`) is read back by a test on every build, and version 2's
-//! written again byte for byte. A daemon refuses, with an error naming the cause, bytes that
-//! are not such an image (another daemon's device state), a version it does not read (a newer
-//! daemon's), a truncated image, or a body that does not decode; it never guesses, and never
-//! loads part of a session. A new layout is a new frozen module `vN.rs`, one arm in
-//! [`decode`] and [`encode_for`], and a golden file.
+//! say, so [`VERSION`]). A golden image of each version (`tests/golden/`) is read back by a
+//! test on every build, and version 2's written again byte for byte. A daemon refuses, with an
+//! error naming the cause, bytes that are not such an image (another daemon's device state), a
+//! version it does not read (a newer daemon's), a truncated image, or a body that does not
+//! decode; it never guesses, and never loads part of a session. A new layout is a new frozen
+//! module `vN.rs`, one arm in [`decode`] and [`encode_for`], and a golden file.
+//!
+//! - Version 1 is what the daemon of commit 1e60aa4 wrote ([`v1`]). Later builds kept its
+//!   number while appending fields (issue 43): their bodies ([`v1_interim`], and version 2's
+//!   layout) are read as well, each told apart by being used up exactly. To a peer that
+//!   reads only version 1, this daemon writes version 1 in the longest of those bodies, the
+//!   additions off (it refuses if the session needs them): 1e60aa4's daemon reads its first
+//!   fields and leaves the rest (postcard's `from_bytes`), the later builds read it whole.
+//! - Version 2 adds to version 1 the POSIX ACL, security context and idmap choices and an
+//!   edited branch set ([`v2`]).
 
 pub mod v1;
+pub mod v1_interim;
 pub mod v2;
 
 #[cfg(test)]
@@ -115,6 +123,22 @@ impl From<v1::DeviceState> for DeviceState {
     }
 }
 
+impl From<v1_interim::DeviceState> for DeviceState {
+    fn from(
+        v1_interim::DeviceState {
+            max_pages,
+            max_write,
+            session,
+        }: v1_interim::DeviceState,
+    ) -> Self {
+        DeviceState {
+            max_pages,
+            max_write,
+            session: session.into(),
+        }
+    }
+}
+
 impl From<v2::DeviceState> for DeviceState {
     fn from(
         v2::DeviceState {
@@ -190,14 +214,15 @@ pub fn encode_for(state: DeviceState, reads: Versions) -> Result<Vec<u8>, StateE
         return Ok(framed(2, &body));
     }
     if reads.contains(1) {
-        let session = v1::SessionImage::try_from(session).map_err(|e| StateError::PeerTooOld {
+        v1::fits(&session).map_err(|e| StateError::PeerTooOld {
             reads,
             why: format!(": {e}"),
         })?;
-        let body = v1::DeviceState {
+        // Version 2's body (the additions off) under version 1's number: see the module's text.
+        let body = v2::DeviceState {
             max_pages,
             max_write,
-            session,
+            session: session.into(),
         };
         return Ok(framed(1, &body));
     }
@@ -261,10 +286,26 @@ fn body<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, StateError> 
 /// The device state in `bytes`, of any version this daemon reads.
 pub fn decode(bytes: &[u8]) -> Result<DeviceState, StateError> {
     match unframe(bytes)? {
-        (1, b) => Ok(body::<v1::DeviceState>(b)?.into()),
+        (1, b) => decode_v1(b),
         (2, b) => Ok(body::<v2::DeviceState>(b)?.into()),
         (found, _) => Err(StateError::Version { found }),
     }
+}
+
+/// A version-1 body: 1e60aa4's, else one of the longer bodies later builds wrote under the same
+/// number (see the module's text); the error is the one of 1e60aa4's layout.
+fn decode_v1(b: &[u8]) -> Result<DeviceState, StateError> {
+    let first = match body::<v1::DeviceState>(b) {
+        Ok(s) => return Ok(s.into()),
+        Err(e) => e,
+    };
+    if let Ok(s) = body::<v2::DeviceState>(b) {
+        return Ok(s.into());
+    }
+    if let Ok(s) = body::<v1_interim::DeviceState>(b) {
+        return Ok(s.into());
+    }
+    Err(first)
 }
 
 /// The version of the image in `bytes`, if it is one (for the logs).

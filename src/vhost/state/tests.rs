@@ -65,28 +65,58 @@ fn refuses_what_it_does_not_understand() {
     assert!(matches!(decode(&garbled), Err(StateError::Body(_))));
 }
 
-/// A version-2 body labelled version 1 (the bug of issue 43 the other way round) is refused,
-/// not half read: the body must be used up.
+/// 1e60aa4's version-1 layout, as that daemon framed it.
+fn strict_v1(s: DeviceState) -> Vec<u8> {
+    let body = v1::DeviceState {
+        max_pages: s.max_pages,
+        max_write: s.max_write,
+        session: v1::SessionImage::try_from(s.session).unwrap(),
+    };
+    framed(1, &body)
+}
+
+/// The body of one version under another's number: a version-2 body labelled 1 is what the
+/// builds from 8e7487e to the fix wrote, and loads whole; a version-1 body labelled 2 is
+/// refused, not half read (a body must be used up).
 #[test]
-fn a_body_of_another_version_is_refused() {
-    let mut v2_as_v1 = encode(sample());
+fn bodies_under_another_number() {
+    let s = sample();
+    let mut v2_as_v1 = encode(s.clone());
     v2_as_v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    assert_eq!(decode(&v2_as_v1).unwrap(), s);
+    let mut v1_as_v2 = strict_v1(s.clone());
+    v1_as_v2[8..12].copy_from_slice(&2u32.to_le_bytes());
     assert!(
-        matches!(decode(&v2_as_v1), Err(StateError::Body(_))),
+        matches!(decode(&v1_as_v2), Err(StateError::Body(_))),
         "{:?}",
-        decode(&v2_as_v1)
+        decode(&v1_as_v2)
+    );
+    // Version 1 with one byte too many fits none of its bodies: 1e60aa4's layout's error.
+    let mut longer = strict_v1(s);
+    longer.push(0);
+    let len = (longer.len() - 20) as u64;
+    longer[12..20].copy_from_slice(&len.to_le_bytes());
+    assert_eq!(
+        decode(&longer),
+        Err(StateError::Body("1 bytes left after the session".into()))
     );
 }
 
 /// A peer that reads only version 1 gets version 1 when the session fits, with nothing lost,
-/// and a refusal naming what does not fit otherwise.
+/// in a body both 1e60aa4's daemon and the builds after it read; a refusal naming what does
+/// not fit otherwise.
 #[test]
 fn an_older_peer_gets_the_version_it_reads() {
     let s = sample();
     let v1 = encode_for(s.clone(), Versions::FIRST).unwrap();
     assert_eq!(version_of(&v1), Some(1));
     assert_eq!(decode(&v1).unwrap(), s);
-    assert!(v1.len() < encode(s.clone()).len());
+    // 1e60aa4's reader: postcard's from_bytes, the rest of the body left alone.
+    let old: v1::DeviceState = postcard::from_bytes(&v1[20..]).unwrap();
+    assert_eq!(DeviceState::from(old), s);
+    // The builds from 8e7487e read it whole, as their own layout (version 2's).
+    let interim: v2::DeviceState = postcard::from_bytes(&v1[20..]).unwrap();
+    assert_eq!(DeviceState::from(interim), s);
 
     let mut acl = s.clone();
     acl.session.posix_acl = true;
@@ -121,7 +151,7 @@ fn an_older_peer_gets_the_version_it_reads() {
 /// `u8` per byte, `Option` as 0/1): the shape 1e60aa4 wrote.
 #[test]
 fn version_1_is_the_layout_1e60aa4_wrote() {
-    let bytes = encode_for(sample(), Versions::FIRST).unwrap();
+    let bytes = strict_v1(sample());
     let body = [
         0x80, 0x02, // max_pages 256
         0x80, 0x80, 0x40, // max_write 1 MiB
@@ -224,8 +254,12 @@ fn the_version_1_golden_of_1e60aa4_decodes_with_the_new_fields_defaulted() {
     assert_eq!(s.session.branches, 2);
     assert!(!s.session.posix_acl && !s.session.security_ctx && !s.session.idmap);
     assert!(s.session.edited_branches.is_empty());
-    // Version 1 is frozen too: written again for a peer that reads only it, byte for byte.
-    assert_eq!(encode_for(s, Versions::FIRST).unwrap(), GOLDEN_V1);
+    // Version 1 is frozen too: 1e60aa4's layout written again byte for byte.
+    assert_eq!(strict_v1(s.clone()), GOLDEN_V1);
+    // What a peer that reads only version 1 gets, 1e60aa4's daemon reads as it read this.
+    let compat = encode_for(s, Versions::FIRST).unwrap();
+    let old = |b: &[u8]| postcard::from_bytes::<v1::DeviceState>(&b[20..]).unwrap();
+    assert_eq!(old(&compat), old(GOLDEN_V1));
 }
 
 #[test]
@@ -258,4 +292,41 @@ fn the_version_1_golden_moves_on_as_version_2() {
     let v2 = encode(s.clone());
     assert_eq!(version_of(&v2), Some(2));
     assert_eq!(decode(&v2).unwrap(), s);
+}
+
+/// Written by the daemon of commit f782537 (the last of the twelve-field bodies, 592a8b6 on)
+/// with POSIX ACLs, security contexts and idmap negotiated, under version 1's number.
+const GOLDEN_V1_F782537: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/device-state-v1-f782537.bin"
+));
+/// Written by the daemon of commit ebf1e6c (the last before the fix: version 2's body under
+/// version 1's number) with those and a branch edit.
+const GOLDEN_V1_EBF1E6C: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/device-state-v1-ebf1e6c.bin"
+));
+
+/// The sessions of the builds that wrote longer bodies under version 1's number load whole,
+/// their additions kept.
+#[test]
+fn the_longer_version_1_bodies_of_later_builds_load_whole() {
+    assert_eq!(version_of(GOLDEN_V1_F782537), Some(1));
+    let s = decode(GOLDEN_V1_F782537).unwrap();
+    check_busy(&s);
+    assert_eq!(s.session.branches, 2);
+    assert!(s.session.posix_acl && s.session.security_ctx && s.session.idmap);
+    assert!(s.session.edited_branches.is_empty());
+    // Neither 1e60aa4's layout nor version 2's uses that body up.
+    let b = &GOLDEN_V1_F782537[20..];
+    assert!(body::<v1::DeviceState>(b).is_err() && body::<v2::DeviceState>(b).is_err());
+
+    assert_eq!(version_of(GOLDEN_V1_EBF1E6C), Some(1));
+    let s = decode(GOLDEN_V1_EBF1E6C).unwrap();
+    check_busy(&s);
+    assert_eq!(s.session.branches, 3);
+    assert!(s.session.posix_acl && s.session.security_ctx && s.session.idmap);
+    assert_eq!(s.session.edited_branches.len(), 3);
+    // Its body is version 2's, byte for byte.
+    assert_eq!(encode(s)[20..], GOLDEN_V1_EBF1E6C[20..]);
 }

@@ -6,7 +6,8 @@
 //! that daemon, is read back by a test on every build.
 //!
 //! Version 2 reuses every type here but the session and the state themselves (the nested
-//! types did not change), so they are frozen for version 2 too.
+//! types did not change), so they are frozen for version 2 too. Later builds wrote longer
+//! bodies under this version's number: see `v1_interim.rs`.
 
 use serde::{Deserialize, Serialize};
 
@@ -219,12 +220,27 @@ impl From<SessionImage> for live::SessionImage {
     }
 }
 
+/// Whether `s` says nothing version 1 cannot (for a peer that reads only version 1).
+pub fn fits(s: &live::SessionImage) -> Result<(), NoRoom> {
+    for (on, what) in [
+        (s.posix_acl, "negotiated POSIX ACLs"),
+        (s.security_ctx, "negotiated security contexts"),
+        (s.idmap, "negotiated idmapped mounts"),
+        (!s.edited_branches.is_empty(), "an edited branch set"),
+    ] {
+        if on {
+            return Err(NoRoom(what));
+        }
+    }
+    Ok(())
+}
+
 impl TryFrom<live::SessionImage> for SessionImage {
     type Error = NoRoom;
 
-    /// The session as version 1, if nothing in it needs a later version (for a peer that
-    /// reads only version 1).
+    /// The session as version 1 in 1e60aa4's own layout, if it fits ([`fits`]).
     fn try_from(s: live::SessionImage) -> Result<Self, NoRoom> {
+        fits(&s)?;
         let live::SessionImage {
             branches,
             nodes,
@@ -235,21 +251,11 @@ impl TryFrom<live::SessionImage> for SessionImage {
             copied_up,
             writeback,
             submounts,
-            posix_acl,
-            security_ctx,
-            idmap,
-            edited_branches,
+            posix_acl: _,
+            security_ctx: _,
+            idmap: _,
+            edited_branches: _,
         } = s;
-        for (on, what) in [
-            (posix_acl, "negotiated POSIX ACLs"),
-            (security_ctx, "negotiated security contexts"),
-            (idmap, "negotiated idmapped mounts"),
-            (!edited_branches.is_empty(), "an edited branch set"),
-        ] {
-            if on {
-                return Err(NoRoom(what));
-            }
-        }
         Ok(SessionImage {
             branches,
             nodes: nodes.into_iter().map(Into::into).collect(),

@@ -1,7 +1,8 @@
 //! Device state version 2, FROZEN: version 1's session plus what FUSE_INIT settled for POSIX
 //! ACLs, security contexts and idmapped mounts, and an edited branch set (first written by
 //! the daemon after commits 592a8b6 and 8e7487e, which had added them to the session while
-//! still calling it version 1). The nested types are version 1's (`v1.rs`), unchanged.
+//! still calling it version 1: from 8e7487e their version-1 bodies are this layout). The nested
+//! types are version 1's (`v1.rs`), unchanged.
 //! Never edit these types: a new layout is a new version. `tests/golden/device-state-v2.bin`
 //! is read back, and written again byte for byte, by a test on every build.
 
