@@ -133,6 +133,30 @@ impl Client {
         self.call(&req, &[])
     }
 
+    /// The control protocol version the daemon speaks ([`proto::PROTOCOL_VERSION`]); 1 for
+    /// a daemon from before the `protocol` request, which refuses it as an unknown verb.
+    pub fn protocol(&mut self) -> Result<u32, ClientError> {
+        match self.call(&Request::Protocol, &[]) {
+            Ok(values) => {
+                let [v] = values.as_slice() else {
+                    return Err(ClientError::Values(values.len()));
+                };
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or(ClientError::Protocol(ProtoError::NotUtf8(
+                        "protocol version",
+                    )))
+            }
+            Err(ClientError::Refused { errno, message })
+                if errno == libc::EINVAL && message.contains("unknown verb 'protocol'") =>
+            {
+                Ok(1)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sends one request with `fds` and reads its reply.
     fn call(
         &mut self,
@@ -196,6 +220,32 @@ mod tests {
             Path::new("/run/vfs.sock.ctl")
         );
         assert_eq!(ctl_socket(Path::new("s")), Path::new("s.ctl"));
+    }
+
+    /// A daemon from before `protocol` refuses it as a malformed request: version 1.
+    #[test]
+    fn a_daemon_that_does_not_know_protocol_speaks_version_1() {
+        for (answer, want) in [
+            (
+                format!(
+                    "err\0{}\0malformed request: unknown verb 'protocol'",
+                    libc::EINVAL
+                ),
+                1,
+            ),
+            ("ok\x002".to_string(), 2),
+        ] {
+            let (a, b) = UnixStream::pair().unwrap();
+            let daemon = std::thread::spawn(move || {
+                let mut frame = [0u8; 4 + 8];
+                (&b).read_exact(&mut frame).unwrap();
+                assert_eq!(&frame[4..], b"protocol");
+                uds::send_with_fds(&b, &proto::frame(answer.as_bytes()).unwrap(), &[]).unwrap();
+            });
+            let mut c = Client { stream: a };
+            assert_eq!(c.protocol().unwrap(), want);
+            daemon.join().unwrap();
+        }
     }
 
     #[test]

@@ -2,9 +2,19 @@
 //! a payload of NUL-separated fields. Decoding is for untrusted bytes: it rejects, never panics.
 //!
 //! Requests: `keys`, `get\0KEY`, `set\0KEY\0VALUE` (the directories a branch edit adds ride
-//! along as SCM_RIGHTS descriptors, in the order of their paths in VALUE) and
-//! `query\0PATH\0WHAT`. Replies: `ok` followed by `\0VALUE` for each value (so `ok` is no
-//! value and `ok\0` one empty value), or `err\0ERRNO\0MESSAGE` (ERRNO in decimal).
+//! along as SCM_RIGHTS descriptors, in the order of their paths in VALUE),
+//! `query\0PATH\0WHAT` and `protocol`. Replies: `ok` followed by `\0VALUE` for each value (so
+//! `ok` is no value and `ok\0` one empty value), or `err\0ERRNO\0MESSAGE` (ERRNO in decimal).
+//!
+//! Versions: this is protocol version [`PROTOCOL_VERSION`] (1), which `protocol` answers. The
+//! verbs and frames above never change meaning; a later version only adds verbs, so an older
+//! client works against a newer daemon unchanged. A client that needs a later verb asks
+//! `protocol` first: a daemon from before `protocol` existed answers it
+//! `err\0EINVAL\0malformed request: unknown verb 'protocol'`, which means version 1 (the
+//! same verbs), and an unknown verb is always one such error line, never a broken connection.
+
+/// The control protocol version this daemon speaks (`protocol` answers it).
+pub const PROTOCOL_VERSION: u32 = 1;
 
 /// The largest payload of one frame (requests and replies).
 pub const MAX_FRAME: usize = 1 << 20;
@@ -66,6 +76,8 @@ pub enum Request {
         /// `basepath`, `relpath`, `fullpath` or `allpaths`.
         what: String,
     },
+    /// The protocol version the daemon speaks.
+    Protocol,
 }
 
 impl Request {
@@ -80,6 +92,7 @@ impl Request {
             Request::Query { path, what } => {
                 vec![("verb", "query"), ("path", path), ("query", what)]
             }
+            Request::Protocol => vec![("verb", "protocol")],
         };
         join(fields.iter().map(|(name, f)| (*name, f.as_bytes())))
     }
@@ -96,6 +109,7 @@ impl Request {
             b"get" => ("get", 2),
             b"set" => ("set", 3),
             b"query" => ("query", 3),
+            b"protocol" => ("protocol", 1),
             _ => {
                 let shown: String = String::from_utf8_lossy(verb).chars().take(32).collect();
                 return Err(ProtoError::UnknownVerb(shown));
@@ -115,6 +129,7 @@ impl Request {
         };
         Ok(match name {
             "keys" => Request::Keys,
+            "protocol" => Request::Protocol,
             "get" => Request::Get {
                 key: text(1, "key")?,
             },
@@ -244,6 +259,8 @@ mod tests {
         let get = Request::Get { key: "a.b".into() };
         assert_eq!(get.encode().unwrap(), b"get\0a.b");
         assert_eq!(Request::Keys.encode().unwrap(), b"keys");
+        assert_eq!(Request::Protocol.encode().unwrap(), b"protocol");
+        assert_eq!(Request::decode(b"protocol").unwrap(), Request::Protocol);
         let set = Request::Set {
             key: "branches".into(),
             value: "+/a".into(),
@@ -380,6 +397,7 @@ mod tests {
     fn request() -> impl Strategy<Value = Request> {
         prop_oneof![
             Just(Request::Keys),
+            Just(Request::Protocol),
             field().prop_map(|key| Request::Get { key }),
             (field(), field()).prop_map(|(key, value)| Request::Set { key, value }),
             (field(), field()).prop_map(|(path, what)| Request::Query { path, what }),

@@ -189,6 +189,7 @@ fn answer<C: Control + ?Sized>(fs: &C, req: Request, fds: Vec<OwnedFd>) -> Reply
         Request::Get { key } => fs.ctl_get(key).map(|v| vec![v.into_bytes()]),
         Request::Set { key, value } => super::apply_set(fs, key, value, fds).map(|_| Vec::new()),
         Request::Query { path, what } => fs.ctl_query(path, what),
+        Request::Protocol => Ok(vec![proto::PROTOCOL_VERSION.to_string().into_bytes()]),
     });
     match catch_unwind(run) {
         Ok(Ok(values)) => Reply::Ok(values),
@@ -310,6 +311,10 @@ mod tests {
         assert_eq!(ask(&c, &get, &[]), Reply::Ok(vec![b"v".to_vec()]));
         let keys = ask(&c, &Request::Keys, &[]);
         assert_eq!(keys, Reply::Ok(vec![b"k".to_vec(), b"panics".to_vec()]));
+        assert_eq!(
+            ask(&c, &Request::Protocol, &[]),
+            Reply::Ok(vec![b"1".to_vec()])
+        );
         let nope = Request::Set {
             key: "version".into(),
             value: "1".into(),

@@ -159,7 +159,10 @@ where
                 // A snapshot may come without a ring stop that ended them.
                 d.stop_waits();
                 let t = std::time::Instant::now();
-                let bytes = d.save_state(m.export);
+                // QEMU's destination cannot say what it reads: the newest version.
+                let bytes = d
+                    .save_state(m.export, super::state::Versions::OURS)
+                    .map_err(io::Error::other)?;
                 let mut file = file;
                 std::io::Write::write_all(&mut file, &bytes)?;
                 drop(file);
@@ -204,8 +207,13 @@ where
     /// Upgrade in place, the old daemon's side: stops popping requests, ends the lock waits,
     /// waits until every request popped from `rings` has been answered, then returns the
     /// device state and each ring's position, and lets go of the host locks for the new
-    /// daemon. On error nothing changed but the pause ([`FsBackend::take_back`] ends it).
-    pub fn hand_over(&self, rings: &[Vring]) -> io::Result<(Vec<u8>, Vec<u16>)> {
+    /// daemon. The device state is in the newest version the new daemon `reads`. On error
+    /// nothing changed but the pause ([`FsBackend::take_back`] ends it).
+    pub fn hand_over(
+        &self,
+        rings: &[Vring],
+        reads: super::state::Versions,
+    ) -> io::Result<(Vec<u8>, Vec<u16>)> {
         if self.transfer.locked().is_some() {
             return Err(io::Error::other("a device state transfer runs"));
         }
@@ -222,12 +230,16 @@ where
                 )));
             }
         }
-        let bytes = self.dispatcher.save_state(self.migration.export);
+        let bytes = self
+            .dispatcher
+            .save_state(self.migration.export, reads)
+            .map_err(io::Error::other)?;
         let positions = rings.iter().map(|r| r.queue_next_avail()).collect();
         let locks = self.dispatcher.fs.release_host_locks();
         info!(
-            "upgrade: session saved ({} bytes), {locks} host locks let go for the new daemon",
-            bytes.len()
+            "upgrade: session saved ({} bytes, device state version {}), {locks} host locks let go for the new daemon",
+            bytes.len(),
+            super::state::version_of(&bytes).unwrap_or(0)
         );
         Ok((bytes, positions))
     }

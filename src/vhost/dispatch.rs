@@ -191,17 +191,25 @@ where
         n > 0
     }
 
-    /// The device state (see `state.rs`): what INIT negotiated and the filesystem's session.
-    pub fn save_state(&self, opts: crate::fs::session::ExportOptions) -> Vec<u8> {
+    /// The device state (see `state/`): what INIT negotiated and the filesystem's session, in
+    /// the newest version a peer reading `reads` reads (an error if the session needs a newer
+    /// one).
+    pub fn save_state(
+        &self,
+        opts: crate::fs::session::ExportOptions,
+        reads: super::state::Versions,
+    ) -> Result<Vec<u8>, super::state::StateError> {
         let limits = self.limits();
-        super::state::encode(&super::state::DeviceStateV1 {
+        let state = super::state::DeviceState {
             max_pages: limits.max_pages,
             max_write: limits.max_write,
             session: self.fs.export(opts),
-        })
+        };
+        super::state::encode_for(state, reads)
     }
 
-    /// Makes the device state in `bytes` this device's (see `state.rs`).
+    /// Makes the device state in `bytes` (any version this daemon reads) this device's (see
+    /// `state/`). Nothing is loaded unless all of it decodes.
     pub fn load_state(
         &self,
         bytes: &[u8],

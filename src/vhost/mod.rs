@@ -16,7 +16,7 @@ mod pool;
 mod release;
 mod reply;
 mod split;
-mod state;
+pub mod state;
 mod tap;
 #[cfg(test)]
 mod tests;
@@ -610,6 +610,7 @@ fn take_over<F: dispatch::ServedFs>(
     inner: UnixStream,
 ) -> Result<Arc<tap::Tap>, upgrade::Error> {
     let t = std::time::Instant::now();
+    let version = state::version_of(&handed.session).unwrap_or(0);
     let done = backend.take_over(&handed.session)?;
     let state = handed.replay(&inner)?;
     handed.take()?;
@@ -643,7 +644,7 @@ fn take_over<F: dispatch::ServedFs>(
         crate::sys::uds::kick(k.as_fd())?;
     }
     info!(
-        "upgrade: serving the session of pid {old_pid} after {:.1} ms: {} nodes, {} open files, {} locks, {} lost",
+        "upgrade: serving the session of pid {old_pid} (device state version {version}) after {:.1} ms: {} nodes, {} open files, {} locks, {} lost",
         t.elapsed().as_secs_f64() * 1e3,
         done.nodes,
         done.handles,
@@ -669,8 +670,8 @@ impl<F: dispatch::ServedFs> upgrade::Old for OldSide<F> {
         self.tap.get().cloned()
     }
 
-    fn hand_over(&self) -> std::io::Result<(Vec<u8>, Vec<u16>)> {
-        self.backend.hand_over(&self.rings)
+    fn hand_over(&self, reads: state::Versions) -> std::io::Result<(Vec<u8>, Vec<u16>)> {
+        self.backend.hand_over(&self.rings, reads)
     }
 
     fn take_back(&self, released: bool) {

@@ -18,6 +18,17 @@
 //! again. Then the old daemon stops watching the rings (its event loops end), the new one
 //! kicks every ring once, carries front-end messages, and reports its first answered
 //! request; the old daemon exits then.
+//!
+//! Versions. The frames (a `u32` little-endian length, then one postcard-encoded
+//! `ToOld` or `ToNew`) are channel version 1, frozen since commit 1e60aa4:
+//! `tests/golden/upgrade-*.bin` hold them as that daemon sent them, and a test decodes and
+//! re-encodes them byte for byte. The hello says the channel version; after it, in the same
+//! frame, a new daemon appends a `HelloExt` with the device state versions it reads (so the
+//! old daemon writes the session in one of them, or refuses in one line) and the channel
+//! versions it speaks. A daemon of 1e60aa4 decodes the hello alone (postcard's `from_bytes`
+//! leaves the rest alone) and so still hands its session over; a hello without the tail is
+//! taken for such a daemon's: device state version 1 only. The tail is append-only: a later
+//! daemon adds its own structure after this one.
 
 use std::fs::File;
 use std::io;
@@ -29,9 +40,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::frontend::FrontendImage;
+use super::state::Versions;
 use crate::sys::uds;
 
-/// Version of the conversation (both daemons must speak the same).
+/// Version of the conversation's frames (both daemons must speak the same): 1 since the
+/// first upgrade, frozen (see the module's text).
 const VERSION: u32 = 1;
 /// Largest message on the channel (a session of millions of nodes).
 const MAX_FRAME: usize = 1 << 30;
@@ -44,11 +57,40 @@ pub fn channel_path(socket: &Path) -> PathBuf {
 }
 
 /// What the new daemon says.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum ToOld {
     Hello { version: u32, pid: u32 },
     Taking,
     Answered,
+}
+
+/// What a new daemon appends to its hello, in the same frame (none did before device state
+/// version 2). Frozen, as the frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct HelloExt {
+    /// The device state versions it reads: oldest, newest.
+    state: (u32, u32),
+    /// The channel versions it speaks: oldest, newest.
+    channel: (u32, u32),
+}
+
+impl HelloExt {
+    /// This daemon's.
+    const OURS: HelloExt = HelloExt {
+        state: (Versions::OURS.oldest, Versions::OURS.newest),
+        channel: (VERSION, VERSION),
+    };
+}
+
+/// A new daemon's hello, as the old daemon reads it.
+#[derive(Debug, PartialEq, Eq)]
+struct Hello {
+    /// The channel version it says.
+    version: u32,
+    /// Its pid.
+    pid: u32,
+    /// The device state versions it reads.
+    reads: Versions,
 }
 
 /// What the old daemon says.
@@ -74,12 +116,61 @@ struct Handover {
 
 fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let body = postcard::to_stdvec(msg).map_err(io::Error::other)?;
+    send_body(sock, &body, fds)
+}
+
+/// One frame: `body`'s length, then `body`.
+fn send_body(sock: &UnixStream, body: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
+    frame.extend_from_slice(body);
     uds::send_with_fds(sock, &frame, fds)
 }
 
+/// This daemon's hello frame body: the hello, then its [`HelloExt`].
+fn hello_body(pid: u32) -> Vec<u8> {
+    let hello = ToOld::Hello {
+        version: VERSION,
+        pid,
+    };
+    let mut body = postcard::to_stdvec(&hello).expect("serializing plain data into memory");
+    body.extend(postcard::to_stdvec(&HelloExt::OURS).expect("serializing plain data into memory"));
+    body
+}
+
+/// The hello in a frame body: a [`ToOld::Hello`], then, from a daemon that reads device state
+/// version 2 or later, a [`HelloExt`] (anything after it is a later daemon's and left alone).
+/// `Ok(None)`: another message.
+fn parse_hello(body: &[u8]) -> Result<Option<Hello>, postcard::Error> {
+    let (msg, rest) = postcard::take_from_bytes::<ToOld>(body)?;
+    let ToOld::Hello { version, pid } = msg else {
+        return Ok(None);
+    };
+    let reads = if rest.is_empty() {
+        Versions::FIRST
+    } else {
+        let (ext, _) = postcard::take_from_bytes::<HelloExt>(rest)?;
+        Versions {
+            oldest: ext.state.0,
+            newest: ext.state.1,
+        }
+    };
+    Ok(Some(Hello {
+        version,
+        pid,
+        reads,
+    }))
+}
+
 fn recv<T: DeserializeOwned>(sock: &UnixStream) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+    let Some((body, fds)) = recv_frame(sock)? else {
+        return Ok(None);
+    };
+    let msg = postcard::from_bytes(&body).map_err(io::Error::other)?;
+    Ok(Some((msg, fds)))
+}
+
+/// One frame's body and the descriptors that came with it; None if the peer hung up first.
+fn recv_frame(sock: &UnixStream) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut len = [0u8; 4];
     let Some(mut fds) = uds::recv_exact_with_fds(sock, &mut len)? else {
         return Ok(None);
@@ -92,16 +183,16 @@ fn recv<T: DeserializeOwned>(sock: &UnixStream) -> io::Result<Option<(T, Vec<Own
     if len > 0 {
         fds.extend(uds::recv_exact_with_fds(sock, &mut body)?.ok_or(io::ErrorKind::UnexpectedEof)?);
     }
-    let msg = postcard::from_bytes(&body).map_err(io::Error::other)?;
-    Ok(Some((msg, fds)))
+    Ok(Some((body, fds)))
 }
 
 /// The old daemon's part: what it does at each step (see the module's text).
 pub trait Old {
     /// The tap, once a front-end is connected.
     fn tap(&self) -> Option<std::sync::Arc<super::tap::Tap>>;
-    /// Step 2: the session and ring positions (rings paused, locks let go).
-    fn hand_over(&self) -> io::Result<(Vec<u8>, Vec<u16>)>;
+    /// Step 2: the session, in the newest device state version the new daemon `reads`, and
+    /// the ring positions (rings paused, locks let go).
+    fn hand_over(&self, reads: Versions) -> io::Result<(Vec<u8>, Vec<u16>)>;
     /// The new daemon gave up: pop requests again (`released`: retake the locks).
     fn take_back(&self, released: bool);
     /// The new daemon takes over: stop watching the rings.
@@ -126,16 +217,22 @@ pub fn serve_one(sock: &UnixStream, old: &dyn Old) -> Outcome {
         let _ = send(sock, &ToNew::Refused(why), &[]);
         Outcome::Stayed
     };
-    let pid = match recv::<ToOld>(sock) {
-        Ok(Some((ToOld::Hello { version, pid }, _))) if version == VERSION => pid,
-        Ok(Some((ToOld::Hello { version, .. }, _))) => {
+    let body = match recv_frame(sock) {
+        Ok(Some((body, _))) => body,
+        Ok(None) | Err(_) => return Outcome::Stayed,
+    };
+    let (pid, reads) = match parse_hello(&body) {
+        Ok(Some(h)) if h.version == VERSION => (h.pid, h.reads),
+        Ok(Some(h)) => {
             return refuse(format!(
-                "upgrade channel version {version}, this daemon speaks {VERSION}"
+                "upgrade channel version {}, this daemon speaks {VERSION}",
+                h.version
             ))
         }
-        Ok(_) | Err(_) => return Outcome::Stayed,
+        Ok(None) => return Outcome::Stayed,
+        Err(e) => return refuse(format!("a hello this daemon cannot read: {e}")),
     };
-    log::info!("upgrade: pid {pid} asks for the session");
+    log::info!("upgrade: pid {pid} asks for the session (it reads device state {reads})");
     let Some(tap) = old.tap() else {
         return refuse("no front-end is connected yet".into());
     };
@@ -158,7 +255,7 @@ pub fn serve_one(sock: &UnixStream, old: &dyn Old) -> Outcome {
             }
         }
     };
-    let (session, positions) = match old.hand_over() {
+    let (session, positions) = match old.hand_over(reads) {
         Ok(x) => x,
         Err(e) => {
             give_back(false);
@@ -240,7 +337,7 @@ pub struct Received {
     pub pid_file: Option<File>,
     frontend: FrontendImage,
     bases: Vec<Option<u16>>,
-    /// The session (device state format, `state.rs`).
+    /// The session (device state format, `state/`).
     pub session: Vec<u8>,
     fds: Vec<OwnedFd>,
 }
@@ -278,11 +375,7 @@ pub fn receive(pid_file: &Path) -> Result<Received, Error> {
         path: path.clone(),
         source,
     })?;
-    let hello = ToOld::Hello {
-        version: VERSION,
-        pid: std::process::id(),
-    };
-    send(&channel, &hello, &[])?;
+    send_body(&channel, &hello_body(std::process::id()), &[])?;
     // Its pid as this side sees it (it may be 1 in its own pid namespace).
     let seen = uds::peer(&channel).map(|(pid, _)| pid).unwrap_or(0);
     let (msg, fds) =
@@ -353,3 +446,7 @@ impl Received {
 pub fn answered(channel: &UnixStream) -> io::Result<()> {
     send(channel, &ToOld::Answered, &[])
 }
+
+#[cfg(test)]
+#[path = "upgrade_tests.rs"]
+mod tests;

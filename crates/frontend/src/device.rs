@@ -47,6 +47,9 @@ pub struct ConnectOptions {
     /// the out header each in a descriptor of their own, payload and reply data one descriptor
     /// per 4 KiB page (a 1 MiB READ is 258 descriptors). Off: one descriptor per part.
     pub linux_layout: bool,
+    /// Acknowledge VHOST_USER_PROTOCOL_F_DEVICE_STATE when offered, for
+    /// [`Device::save_state`] and [`Device::load_state`] (a migration without a VM).
+    pub device_state: bool,
 }
 
 impl Default for ConnectOptions {
@@ -59,6 +62,7 @@ impl Default for ConnectOptions {
             reply_ack: true,
             timeout: Duration::from_secs(10),
             linux_layout: false,
+            device_state: false,
         }
     }
 }
@@ -128,10 +132,13 @@ impl Device {
             let pf = fe
                 .get_protocol_features()
                 .map_err(Error::vhost("GET_PROTOCOL_FEATURES"))?;
-            let pf = pf
-                & (VhostUserProtocolFeatures::MQ
-                    | VhostUserProtocolFeatures::CONFIG
-                    | VhostUserProtocolFeatures::REPLY_ACK);
+            let mut wanted = VhostUserProtocolFeatures::MQ
+                | VhostUserProtocolFeatures::CONFIG
+                | VhostUserProtocolFeatures::REPLY_ACK;
+            if opts.device_state {
+                wanted |= VhostUserProtocolFeatures::DEVICE_STATE;
+            }
+            let pf = pf & wanted;
             fe.set_protocol_features(pf)
                 .map_err(Error::vhost("SET_PROTOCOL_FEATURES"))?;
             neg.protocol_features = pf.bits();

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod ops;
 pub mod process;
 pub mod request;
+pub mod state;
 pub mod transport;
 pub mod vring;
 

@@ -3,7 +3,10 @@
 //! source exports it ([`UnionFs::export_session`]); the destination, over the same branches,
 //! finds every object again and takes the locks again ([`UnionFs::import_session`]). No
 //! file data moves. `vhost::state` puts it on the wire with its version; this module does
-//! no I/O of its own beyond finding objects again.
+//! no I/O of its own beyond finding objects again. These types are never serialized
+//! themselves: `vhost::state` converts them to and from its frozen versions (`v1.rs`,
+//! `v2.rs`), so a field added here needs a new version there (the conversions name every
+//! field and fail to compile until it has one).
 //!
 //! How a node is found again: by its union path on its branch (`--migration-mode=find-paths`,
 //! the default: the node table already knows every name the guest reached a node by), or by
@@ -14,8 +17,6 @@
 
 mod export;
 mod import;
-
-use serde::{Deserialize, Serialize};
 
 pub use import::{ImportError, Imported};
 
@@ -59,7 +60,7 @@ pub enum OnError {
 }
 
 /// A file handle as the image carries it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandleImage {
     /// `handle_type`.
     pub kind: i32,
@@ -68,7 +69,7 @@ pub struct HandleImage {
 }
 
 /// How the destination finds a node's object again.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Locate {
     /// Not bound to one host object (the root, or a node the next operation looks up again
     /// by its path).
@@ -94,7 +95,7 @@ pub enum Locate {
 }
 
 /// One node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeImage {
     /// Its FUSE node id.
     pub id: u64,
@@ -113,7 +114,7 @@ pub struct NodeImage {
 }
 
 /// One open file or directory.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpenImage {
     /// A regular file, opened again on its node's object with these flags.
     File {
@@ -144,7 +145,7 @@ pub enum OpenImage {
 }
 
 /// One entry of a directory listing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryImage {
     /// The name.
     pub name: Vec<u8>,
@@ -155,7 +156,7 @@ pub struct EntryImage {
 }
 
 /// One lock the guest holds.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LockImage {
     /// A POSIX record lock of a lock owner.
     Posix {
@@ -186,7 +187,7 @@ pub enum LockImage {
 }
 
 /// A copied-up hard-linked file (`cow=true`): where its base object's copy went.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CopiedUpImage {
     /// The base object (st_dev, st_ino).
     pub base: (u64, u64),
@@ -197,7 +198,7 @@ pub struct CopiedUpImage {
 }
 
 /// The whole session.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionImage {
     /// Number of branches (the destination must have as many).
     pub branches: u32,
@@ -219,17 +220,13 @@ pub struct SessionImage {
     /// Mount points are announced to the guest (FUSE_ATTR_SUBMOUNT).
     pub submounts: bool,
     /// POSIX ACLs were negotiated (the umask comes with each create).
-    #[serde(default)]
     pub posix_acl: bool,
     /// Security contexts come with each create (FUSE_SECURITY_CTX).
-    #[serde(default)]
     pub security_ctx: bool,
     /// Idmapped mounts are allowed (FUSE_ALLOW_IDMAP).
-    #[serde(default)]
     pub idmap: bool,
     /// The branch paths in branch order, when the branch set was edited while the daemon
     /// ran (its command line no longer says what it is): the destination must serve these.
-    #[serde(default)]
     pub edited_branches: Vec<Vec<u8>>,
 }
 
