@@ -272,6 +272,12 @@ fn install_script_places_every_file() {
         .unwrap();
     assert!(status.success());
     let usr = dest.path().join("usr");
+    let man = std::fs::read_to_string(usr.join("share/man/man1/union-virtiofsd.1")).unwrap();
+    assert_eq!(
+        man,
+        run(&["man"]).1,
+        "the installed man page is the binary's"
+    );
     for f in [
         "libexec/union-virtiofsd",
         "share/man/man1/union-virtiofsd.1",
@@ -297,6 +303,46 @@ fn install_script_places_every_file() {
     );
 }
 
+/// The binary prints its own man page and completions (what packages install): the same text
+/// scripts/install.sh and scripts/package-deb.sh write; a bad subcommand line is one error
+/// line and exit 2.
+#[test]
+fn man_and_completions_come_from_the_binary() {
+    let (code, man, err) = run(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        man.contains(".TH union-virtiofsd 1"),
+        "{}",
+        &man[..200.min(man.len())]
+    );
+    for opt in ["socket\\-path", "branch", "print\\-capabilities"] {
+        assert!(man.contains(opt), "man page lacks {opt}");
+    }
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef union-virtiofsd"),
+        ("fish", "complete -c union-virtiofsd"),
+    ] {
+        let (code, text, err) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(
+            text.contains(marker) && text.contains("socket-path"),
+            "{shell}: {text}"
+        );
+    }
+    for (args, want) in [
+        (&["completions", "nosh"][..], "invalid value 'nosh'"),
+        (&["completions"][..], "<SHELL>"),
+        (&["man", "extra"][..], "unexpected argument 'extra'"),
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
 fn union_virtiofsd_repo() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -309,6 +355,8 @@ fn output_into_a_closed_pipe_ends_quietly() {
         &["--print-capabilities"][..],
         &["--help"][..],
         &["--version"][..],
+        &["man"][..],
+        &["completions", "bash"][..],
     ] {
         let (r, w) = std::io::pipe().unwrap();
         drop(r);
