@@ -68,6 +68,10 @@ if [ $quick -eq 0 ]; then
     # virtiofsd 1.14, the reference the guest tests hold the daemon to.
     UVFS_VIRTIOFSD=$(timed "virtiofsd 1.14" install_virtiofsd)
     export UVFS_VIRTIOFSD
+    # The previous release's daemon, built from the clone's history (.ci/previous-release): the
+    # guest tests move sessions between it and this build (tests/guest/upgrade.rs, migration.rs).
+    UVFS_PREVIOUS_DAEMON=$(timed "previous release's daemon" scripts/build-previous.sh)
+    export UVFS_PREVIOUS_DAEMON
     # A minimal Debian as the read-only base of the copy-on-write image test.
     timed "Debian base" scripts/build-debian-base.sh >/dev/null
     # The release build as it ships (static, whole-program LTO), checked for how it is linked;

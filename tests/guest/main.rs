@@ -11,7 +11,8 @@
 //!   own QEMU or libvirt domain (`guest_memory`, `reboot_soak`, `runtime`, `upgrade`,
 //!   `libvirt`) take it themselves. Tests that boot no guest (refused command lines, the
 //!   `FileSystem`-level `xattrmap` tests) take nothing.
-//! - The kernel, initramfs and tool archives, prepared once per process.
+//! - The kernel, initramfs and tool archives, and the previous release's daemon
+//!   (`testkit::builds`), prepared once per process.
 //! - Locks this process takes as a host process (`locks`, `lock_waits`, `migration`,
 //!   `upgrade`): each on a file of its own test's branch.
 //! - The mount table: each tmpfs is mounted on a directory of its own test.

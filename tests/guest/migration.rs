@@ -10,13 +10,17 @@
 //!
 //! Each scenario is generic over how the backends are built (a function from the shared host
 //! directory to a [`Backend`]) and runs against union-virtiofsd and, as the reference, against
-//! virtiofsd 1.14.
+//! virtiofsd 1.14. Across releases, the busy guest moves from the previous release's daemon
+//! (`testkit::builds::Build::Previous`, which writes device state version 1) to this build's,
+//! and the other way the previous release refuses this build's version 2 in one line while
+//! the guest goes on on the source.
 
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
+use testkit::builds::Build;
 use testkit::guest::{Backend, Guest};
 use testkit::migrate::{MigrationRun, Outcome, Plan, Side};
 use testkit::tmpfs::Tmpfs;
@@ -107,6 +111,21 @@ struct Busy {
     unlinked: bool,
 }
 
+/// How a migration of the busy guest ends.
+#[derive(Clone, Copy, Debug)]
+enum Ends {
+    /// The guest runs on the destination, which serves everything the source served.
+    Completed,
+    /// The destination refuses the device state, with this line in its log; the guest goes on
+    /// on the source, which serves everything as before (the host locks taken back).
+    Refused(&'static str),
+}
+
+/// What the previous release says of this build's device state (README, "Across daemon
+/// versions").
+const REFUSED_BY_THE_PREVIOUS_RELEASE: &str = "device state version 2 is not one this daemon \
+    reads (it reads 1 to 1); upgrade the destination";
+
 /// The host's view, at one moment, of the record lock a guest process holds on `plock`.
 #[derive(Debug, Default)]
 struct RecordLockView {
@@ -129,28 +148,30 @@ impl RecordLockView {
     }
 }
 
-/// What the host saw from the hooks of the busy-guest migration.
+/// What the host saw from the hooks of the busy-guest migration: before `migrate`, and once
+/// the outcome is known, with the backend that then serves the guest (the destination, or
+/// the source again after a refusal).
 #[derive(Default)]
 struct HostView {
     /// Lines of /mnt/log on the host just before `migrate`.
     lines_before: usize,
-    /// ... and once the destination runs the guest.
-    lines_at_switch: usize,
-    /// Whether the destination backend then has open.txt open.
-    dest_holds_open: bool,
+    /// ... and once the outcome is known.
+    lines_after: usize,
+    /// Whether the serving backend then has open.txt open.
+    holds_open_after: bool,
     /// /proc/locks on the lock file before `migrate`, and the source backend's processes.
     locks_before: Vec<String>,
     source_pids: Vec<u32>,
-    /// /proc/locks on the lock file at the switch-over, and the destination's processes.
-    locks_at_switch: Vec<String>,
-    dest_pids: Vec<u32>,
-    /// The record lock on plock before `migrate` (source) and at the switch-over (destination).
+    /// /proc/locks on the lock file once the outcome is known, and the serving processes.
+    locks_after: Vec<String>,
+    serving_pids: Vec<u32>,
+    /// The record lock on plock before `migrate` (source) and once the outcome is known.
     record_before: RecordLockView,
-    record_at_switch: RecordLockView,
+    record_after: RecordLockView,
     /// The unlinked file as the source backend held it before `migrate` ([`Busy::unlinked`]).
     unlinked: Option<std::fs::Metadata>,
-    /// Whether the destination backend then holds that file.
-    dest_holds_unlinked: bool,
+    /// Whether the serving backend then holds that file.
+    holds_unlinked_after: bool,
 }
 
 /// The holder pids in /proc/locks lines (`N: FLOCK ADVISORY WRITE PID MAJ:MIN:INO ...`).
@@ -266,12 +287,12 @@ wait_file /tmp/rounds "reader did not start"
 r0=$(cat /tmp/rounds)
 migrate_now
 outcome=$(wait_migrated)
-expect_eq "$outcome" done "migration outcome"
+expect_eq "$outcome" @OUTCOME@ "migration outcome"
 r1=$(cat /tmp/rounds)
 # The record lock is still held: another process neither gets it nor misses it.
 if guest_lock /mnt/plock try; then fail "the record lock held across the migration was lost"; fi
 expect_eq "$(guest_lock /mnt/plock test)" locked "F_GETLK of the record lock after the migration"
-# The writer goes on on the destination (20 more lines at least), and the reader (3 rounds).
+# The writer goes on where the guest now runs (20 more lines at least), and the reader (3 rounds).
 n0=$(wc -l < /mnt/log); i=0
 while [ "$(wc -l < /mnt/log)" -lt $((n0 + 20)) ] || [ "$(cat /tmp/rounds)" -lt $((r1 + 3)) ]; do
   i=$((i+1)); [ $i -lt 300 ] || fail "writer or reader stalled after the migration"; sleep 0.1
@@ -333,8 +354,9 @@ exec 7>&- 8<&-
 /// paths resolve, and the host's files say the same. The destination backend holds the open
 /// file once the guest runs there (and the unlinked one, and the locks, with
 /// [`Locks::OnHost`]: a host process cannot take the record lock); the source backend exits
-/// once its QEMU is gone.
-fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy) {
+/// once its QEMU is gone. When the destination refuses the state ([`Ends::Refused`]) the
+/// guest checks the same on the source, and the source backend holds all that again.
+fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy, ends: Ends) {
     let share = Tmpfs::new("64M");
     let root = share.path().to_owned();
     let (before, after) = if busy.unlinked {
@@ -342,9 +364,14 @@ fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy) {
     } else {
         ("", "")
     };
+    let outcome = match ends {
+        Ends::Completed => "done",
+        Ends::Refused(_) => "failed",
+    };
     let scenario = BUSY_SCENARIO
         .replace("@UNLINKED_BEFORE@\n", before)
-        .replace("@UNLINKED_AFTER@\n", after);
+        .replace("@UNLINKED_AFTER@\n", after)
+        .replace("@OUTCOME@", outcome);
     let view = Rc::new(RefCell::new(HostView::default()));
     let (log, open, lockfile, plock) = (
         root.join("log"),
@@ -352,37 +379,46 @@ fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy) {
         root.join("lockfile"),
         root.join("plock"),
     );
-    let plan = Plan::new(root.join(".migrated"))
-        .before_migrate({
-            let (view, log, lockfile, plock) =
-                (view.clone(), log.clone(), lockfile.clone(), plock.clone());
-            move |ctx| {
-                let mut v = view.borrow_mut();
-                v.lines_before = host_lines(&log);
-                v.locks_before = hostlocks::locks_on_file(&lockfile);
-                v.source_pids = migrate::group_pids(ctx.source_daemon);
-                v.record_before = RecordLockView::take(&plock, ctx.source_daemon);
-                if busy.unlinked {
-                    v.unlinked = migrate::group_file_named(ctx.source_daemon, "unlinked (deleted)");
-                }
+    let plan = Plan::new(root.join(".migrated")).before_migrate({
+        let (view, log, lockfile, plock) =
+            (view.clone(), log.clone(), lockfile.clone(), plock.clone());
+        move |ctx| {
+            let mut v = view.borrow_mut();
+            v.lines_before = host_lines(&log);
+            v.locks_before = hostlocks::locks_on_file(&lockfile);
+            v.source_pids = migrate::group_pids(ctx.source_daemon);
+            v.record_before = RecordLockView::take(&plock, ctx.source_daemon);
+            if busy.unlinked {
+                v.unlinked = migrate::group_file_named(ctx.source_daemon, "unlinked (deleted)");
             }
-        })
-        .after_switch({
-            let (view, plock) = (view.clone(), plock.clone());
-            move |ctx| {
-                let mut v = view.borrow_mut();
-                v.lines_at_switch = host_lines(&log);
-                let open = std::fs::metadata(open).expect("open.txt");
-                v.dest_holds_open = migrate::group_holds(ctx.dest_daemon, &open);
-                v.locks_at_switch = hostlocks::locks_on_file(&lockfile);
-                v.dest_pids = migrate::group_pids(ctx.dest_daemon);
-                v.record_at_switch = RecordLockView::take(&plock, ctx.dest_daemon);
-                v.dest_holds_unlinked = v
-                    .unlinked
-                    .as_ref()
-                    .is_some_and(|m| migrate::group_holds(ctx.dest_daemon, m));
-            }
-        });
+        }
+    });
+    let look_after = {
+        let (view, plock) = (view.clone(), plock.clone());
+        move |serving: u32| {
+            let mut v = view.borrow_mut();
+            v.lines_after = host_lines(&log);
+            let open = std::fs::metadata(open).expect("open.txt");
+            v.holds_open_after = migrate::group_holds(serving, &open);
+            v.locks_after = hostlocks::locks_on_file(&lockfile);
+            v.serving_pids = migrate::group_pids(serving);
+            v.record_after = RecordLockView::take(&plock, serving);
+            v.holds_unlinked_after = v
+                .unlinked
+                .as_ref()
+                .is_some_and(|m| migrate::group_holds(serving, m));
+        }
+    };
+    let (plan, serving) = match ends {
+        Ends::Completed => (
+            plan.after_switch(move |ctx| look_after(ctx.dest_daemon)),
+            "destination",
+        ),
+        Ends::Refused(_) => (
+            plan.after_failure(move |ctx| look_after(ctx.source_daemon)),
+            "source",
+        ),
+    };
     let g = Guest {
         extra_initrd: vec![guest::tools_initrd()],
         ..guest()
@@ -391,49 +427,53 @@ fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy) {
     report("busy guest", &run);
     let v = view.borrow();
     eprintln!(
-        "busy guest: the host saw {} lines when migrating, {} at the switch-over; host flocks \
-         before {:?} (source {:?}), at the switch-over {:?} (destination {:?}); record lock \
-         before {:?}, at the switch-over {:?}; reader rounds at migrate, at the signal, at the \
-         end: {:?}",
+        "busy guest: the host saw {} lines when migrating, {} after; host flocks before {:?} \
+         (source {:?}), after {:?} ({serving} {:?}); record lock before {:?}, after {:?}; \
+         reader rounds at migrate, at the signal, at the end: {:?}",
         v.lines_before,
-        v.lines_at_switch,
+        v.lines_after,
         v.locks_before,
         v.source_pids,
-        v.locks_at_switch,
-        v.dest_pids,
+        v.locks_after,
+        v.serving_pids,
         v.record_before,
-        v.record_at_switch,
+        v.record_after,
         run.section("reads"),
     );
-    run.assert_completed();
-    run.assert_success();
     let t = run.transcript();
-    assert_eq!(run.exit_on, Some(Side::Dest), "{t}");
-    assert!(run.source_qemu_exit.is_some(), "source QEMU still ran: {t}");
+    match ends {
+        Ends::Completed => {
+            run.assert_completed();
+            assert_eq!(run.exit_on, Some(Side::Dest), "{t}");
+            assert!(run.source_qemu_exit.is_some(), "source QEMU still ran: {t}");
+        }
+        Ends::Refused(line) => {
+            assert_resumed_on_the_source(&run);
+            assert!(
+                run.dest_daemon_log.contains(line),
+                "the destination backend's log does not say '{line}': {t}"
+            );
+        }
+    }
+    run.assert_success();
     assert!(
         run.source_daemon_exit.is_some_and(|s| s.success()),
         "the source backend did not exit cleanly once its QEMU was gone: {t}"
     );
     assert!(
-        v.dest_holds_open,
-        "the destination backend does not hold open.txt: {t}"
+        v.holds_open_after,
+        "the {serving} backend does not hold open.txt: {t}"
     );
     assert!(
-        v.lines_before > 0 && v.lines_at_switch > v.lines_before,
+        v.lines_before > 0 && v.lines_after > v.lines_before,
         "no line written during the migration (host saw {} then {}): {t}",
         v.lines_before,
-        v.lines_at_switch
+        v.lines_after
     );
     assert_host_flock(busy.locks, &v.locks_before, &v.source_pids, "source", &t);
-    assert_host_flock(
-        busy.locks,
-        &v.locks_at_switch,
-        &v.dest_pids,
-        "destination",
-        &t,
-    );
+    assert_host_flock(busy.locks, &v.locks_after, &v.serving_pids, serving, &t);
     assert_host_record_lock(busy.locks, &v.record_before, "source", &t);
-    assert_host_record_lock(busy.locks, &v.record_at_switch, "destination", &t);
+    assert_host_record_lock(busy.locks, &v.record_after, serving, &t);
     if busy.unlinked {
         use std::os::unix::fs::MetadataExt;
         let m = v.unlinked.as_ref().unwrap_or_else(|| {
@@ -443,8 +483,8 @@ fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy) {
         // The documented outcome (README, "Open files unlinked in the guest"): it moves by
         // file handle, so the destination holds the very inode; the scenario read and wrote it.
         assert!(
-            v.dest_holds_unlinked,
-            "the destination backend does not hold the unlinked file: {t}"
+            v.holds_unlinked_after,
+            "the {serving} backend does not hold the unlinked file: {t}"
         );
     }
 
@@ -610,15 +650,27 @@ echo new > new.txt
     run
 }
 
-/// Common checks of a migration that failed because of the removed file: the guest went on
-/// running on the source with its descriptor intact, and the destination QEMU gave up.
-fn assert_failed_and_resumed(run: &MigrationRun) {
+/// Checks of a migration the destination refused: it failed, the guest went on running on
+/// the source to its end, and the destination QEMU gave up the load.
+fn assert_resumed_on_the_source(run: &MigrationRun) {
     let t = run.transcript();
     assert!(
         matches!(run.outcome, Outcome::Failed(_)),
         "expected a failed migration: {t}"
     );
     assert_eq!(run.exit_on, Some(Side::Source), "{t}");
+    assert!(
+        run.dest_qemu_exit.is_some_and(|s| !s.success()),
+        "the destination QEMU should have exited with an error: {t}"
+    );
+    assert!(run.dest_console.contains("load of migration failed"), "{t}");
+}
+
+/// Common checks of a migration that failed because of the removed file: the guest went on
+/// running on the source with its descriptor intact, and the destination QEMU gave up.
+fn assert_failed_and_resumed(run: &MigrationRun) {
+    assert_resumed_on_the_source(run);
+    let t = run.transcript();
     assert_eq!(
         run.section("outcome").as_deref(),
         Some(&["failed".to_owned()][..]),
@@ -628,11 +680,6 @@ fn assert_failed_and_resumed(run: &MigrationRun) {
         run.console().contains("failed: lost descriptor checked"),
         "{t}"
     );
-    assert!(
-        run.dest_qemu_exit.is_some_and(|s| !s.success()),
-        "the destination QEMU should have exited with an error: {t}"
-    );
-    assert!(run.dest_console.contains("load of migration failed"), "{t}");
 }
 
 /// Checks of a migration that completed although one open file was lost: the guest runs on
@@ -665,6 +712,12 @@ fn union_cache_never(dir: &Path) -> Backend {
     b
 }
 
+/// [`union_cache_never`] run by the previous release's daemon (which knows every option it
+/// passes).
+fn previous_cache_never(dir: &Path) -> Backend {
+    union_cache_never(dir).built_by(Build::Previous)
+}
+
 /// [`union`] that, as a destination, finishes a migration despite inodes it cannot open.
 fn union_guest_error(dir: &Path) -> Backend {
     let mut b = union(dir);
@@ -673,15 +726,44 @@ fn union_guest_error(dir: &Path) -> Backend {
     b
 }
 
+/// What union-virtiofsd carries across.
+const UNION_BUSY: Busy = Busy {
+    locks: Locks::OnHost,
+    unlinked: true,
+};
+
 #[test]
 fn migrates_a_busy_guest_with_open_files_cwd_and_locks() {
     busy_guest_migrates(
         union_cache_never,
         union_cache_never,
-        Busy {
-            locks: Locks::OnHost,
-            unlinked: true,
-        },
+        UNION_BUSY,
+        Ends::Completed,
+    );
+}
+
+/// The previous release's source writes device state version 1, which this build loads:
+/// the same guest and checks as between two of this build's daemons.
+#[test]
+fn from_the_previous_release_migrates_a_busy_guest() {
+    busy_guest_migrates(
+        previous_cache_never,
+        union_cache_never,
+        UNION_BUSY,
+        Ends::Completed,
+    );
+}
+
+/// This build's source writes version 2 (QEMU's destination cannot say what it reads); the
+/// previous release refuses it before loading anything, and the guest goes on on the source,
+/// its open files and locks served there again.
+#[test]
+fn to_the_previous_release_is_refused_and_the_source_goes_on() {
+    busy_guest_migrates(
+        union_cache_never,
+        previous_cache_never,
+        UNION_BUSY,
+        Ends::Refused(REFUSED_BY_THE_PREVIOUS_RELEASE),
     );
 }
 
@@ -850,6 +932,7 @@ fn virtiofsd_migrates_a_busy_guest_with_open_files_and_cwd() {
             // inode"): virtiofsd 1.14 does not migrate files unlinked in the guest.
             unlinked: false,
         },
+        Ends::Completed,
     );
 }
 

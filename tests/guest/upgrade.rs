@@ -8,12 +8,20 @@
 //! that cannot take the session (another branch, where the guest's files are not) gives
 //! up, and the old one goes on serving. And the refusals without a guest: no front-end yet,
 //! `--upgrade` with `--fd`, no daemon at all.
+//!
+//! Across releases, the same guest and checks with the previous release's daemon
+//! (`testkit::builds::Build::Previous`, the last build that wrote device state version 1) on
+//! one side: this build takes its session over, and hands a session back to it (the session
+//! fits version 1: no ACLs, security contexts, idmap or branch edit). Both sides run only
+//! options the previous release knows (`--socket-path`, `--branch`, `--log-level`,
+//! `--upgrade`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use testkit::builds::Build;
 use testkit::guest::{Backend, Guest, Mode, Reaper};
 use testkit::{guest, hostlocks, live, migrate};
 
@@ -90,13 +98,15 @@ impl Setup {
         }
     }
 
-    fn backend(&self, branch: &Path) -> Backend {
-        Backend::union(&[(branch, Mode::Rw)], &[]).at_info()
+    fn backend(&self, branch: &Path, build: Build) -> Backend {
+        Backend::union(&[(branch, Mode::Rw)], &[])
+            .at_info()
+            .built_by(build)
     }
 
-    /// A daemon started with `--upgrade` over `branch`, logging into `name`.log.
-    fn upgrade(&self, branch: &Path, name: &str) -> Child {
-        let b = self.backend(branch);
+    /// `build`'s daemon started with `--upgrade` over `branch`, logging into `name`.log.
+    fn upgrade(&self, branch: &Path, name: &str, build: Build) -> Child {
+        let b = self.backend(branch, build);
         let sock = self.socket.to_str().unwrap();
         let mut cmd = Command::new(&b.program);
         cmd.args(b.args.iter().map(|a| a.replace("{socket}", sock)))
@@ -105,9 +115,9 @@ impl Setup {
         guest::spawn_logged(&mut cmd, &self.log(name))
     }
 
-    /// The first daemon (log `d0`) and the guest running [`SCENARIO`] on it (console in
-    /// `console.log`): the reaper holds them in that order.
-    fn boot(&self) -> (Guest, Reaper, PathBuf) {
+    /// The first daemon, `build`'s (log `d0`), and the guest running [`SCENARIO`] on it
+    /// (console in `console.log`): the reaper holds them in that order.
+    fn boot(&self, build: Build) -> (Guest, Reaper, PathBuf) {
         let guest = Guest {
             mem: "1G".into(),
             timeout: Duration::from_secs(600),
@@ -116,7 +126,11 @@ impl Setup {
         };
         let script = self.tmp.join("scenario.sh");
         guest::write_scenario(&script, SCENARIO);
-        let first = guest::spawn_backend(&self.backend(&self.share), &self.socket, &self.log("d0"));
+        let first = guest::spawn_backend(
+            &self.backend(&self.share, build),
+            &self.socket,
+            &self.log("d0"),
+        );
         let mut reaper = Reaper(vec![first]);
         let console = self.logs.join("console.log");
         reaper.0.push(guest::spawn_guest(
@@ -186,26 +200,37 @@ fn assert_locks_held_by(s: &Setup, pgid: u32, who: &str) {
     );
 }
 
-#[test]
-fn upgrades_twice_while_the_guest_runs_fio() {
+/// While the guest runs fio, `builds[0]`'s daemon serves it, and each next build's takes the
+/// session over from the one before: each old daemon exits 0 once the new one has answered,
+/// the new one serves the session (in device state version 2 between two of this build's
+/// daemons, else 1: the previous release reads and writes no other), the pid file names it,
+/// the guest's I/O goes on and the new daemon holds its locks; at the end the guest's checks
+/// pass and the last daemon leaves no socket file behind.
+fn upgrades_while_the_guest_runs_fio(builds: &[Build]) {
     guest::require_qemu();
+    // Built (the previous release, once) before the guests are held.
+    for b in builds {
+        b.path();
+    }
     let _serial = guest::serialize_guests();
     let s = Setup::new();
-    let (guest, mut reaper, console) = s.boot();
+    let (guest, mut reaper, console) = s.boot(builds[0]);
     let transcript = || {
         let mut t = format!("----- console -----\n{}", guest::read_lossy(&console));
-        for d in ["d0", "d1", "d2"] {
-            t += &format!("\n----- {d} -----\n{}", guest::read_lossy(&s.log(d)));
+        for (d, build) in builds.iter().enumerate() {
+            let log = guest::read_lossy(&s.log(&format!("d{d}")));
+            t += &format!("\n----- d{d} ({build:?}) -----\n{log}");
         }
         t
     };
     let mut rounds = s.wait_rounds(0, "before the upgrades", &transcript);
     // The daemons, oldest first; the QEMU stays at index 1 of the reaper.
     let mut serving = 0;
-    for generation in 1..=2 {
+    for generation in 1..builds.len() {
         let name = format!("d{generation}");
         let old_name = format!("d{}", generation - 1);
-        let new = s.upgrade(&s.share, &name);
+        let (old_build, new_build) = (builds[generation - 1], builds[generation]);
+        let new = s.upgrade(&s.share, &name, new_build);
         let new_pid = new.id();
         reaper.0.insert(0, new);
         // The old daemon sits right after the new one now.
@@ -227,6 +252,27 @@ fn upgrades_twice_while_the_guest_runs_fio() {
             "{}",
             transcript()
         );
+        // What this build says of the version the session moved in (the previous release's
+        // log does not say).
+        let version = if (old_build, new_build) == (Build::This, Build::This) {
+            2
+        } else {
+            1
+        };
+        if old_build == Build::This {
+            assert!(
+                old_log.contains(&format!("device state version {version}), ")),
+                "the old daemon did not save version {version}\n{}",
+                transcript()
+            );
+        }
+        if new_build == Build::This {
+            assert!(
+                new_log.contains(&format!("(device state version {version}) after")),
+                "the new daemon did not load version {version}\n{}",
+                transcript()
+            );
+        }
         assert_eq!(
             fs::read_to_string(&s.pid_file).unwrap().trim(),
             new_pid.to_string(),
@@ -259,11 +305,29 @@ fn upgrades_twice_while_the_guest_runs_fio() {
 }
 
 #[test]
+fn upgrades_twice_while_the_guest_runs_fio() {
+    upgrades_while_the_guest_runs_fio(&[Build::This, Build::This, Build::This]);
+}
+
+/// From the previous release's daemon to this build's: the session in version 1.
+#[test]
+fn from_the_previous_release_while_the_guest_runs_fio() {
+    upgrades_while_the_guest_runs_fio(&[Build::Previous, Build::This]);
+}
+
+/// From this build's daemon back to the previous release's: its hello says no versions,
+/// which this build takes for version 1 only, and the session (which fits it) goes in 1.
+#[test]
+fn to_the_previous_release_while_the_guest_runs_fio() {
+    upgrades_while_the_guest_runs_fio(&[Build::This, Build::Previous]);
+}
+
+#[test]
 fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     guest::require_qemu();
     let _serial = guest::serialize_guests();
     let s = Setup::new();
-    let (guest, mut reaper, console) = s.boot();
+    let (guest, mut reaper, console) = s.boot(Build::This);
     let first_pid = reaper.0[0].id();
     let transcript = || {
         format!(
@@ -276,7 +340,7 @@ fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     let rounds = s.wait_rounds(0, "before the upgrade", &transcript);
     // Over another (empty) directory: the guest's working directory, open file and locked
     // files are not there, and --migration-on-error is abort.
-    let mut new = s.upgrade(&s.other, "d1");
+    let mut new = s.upgrade(&s.other, "d1", Build::This);
     let status = exited(&mut new, EXIT_LIMIT);
     assert!(
         status.is_some_and(|s| !s.success()),
@@ -311,7 +375,7 @@ fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
 
 /// A daemon (no guest) on `s`'s socket, and the outcome of `union-virtiofsd ... --upgrade`.
 fn refused(s: &Setup, extra: &[&str]) -> (i32, String) {
-    let b = s.backend(&s.share);
+    let b = s.backend(&s.share, Build::This);
     let sock = s.socket.to_str().unwrap();
     let out = Command::new(&b.program)
         .args(b.args.iter().map(|a| a.replace("{socket}", sock)))
@@ -340,7 +404,7 @@ fn upgrades_that_cannot_happen_say_why() {
         "{err}"
     );
     // --fd: config refuses it (one line, exit 2).
-    let b = s.backend(&s.share);
+    let b = s.backend(&s.share, Build::This);
     let out = Command::new(&b.program)
         .args(["--fd", "0", "--shared-dir"])
         .arg(&s.share)
@@ -351,7 +415,8 @@ fn upgrades_that_cannot_happen_say_why() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     // A running daemon with no front-end yet refuses, and goes on waiting for one.
-    let mut running = guest::spawn_backend(&s.backend(&s.share), &s.socket, &s.log("d0"));
+    let mut running =
+        guest::spawn_backend(&s.backend(&s.share, Build::This), &s.socket, &s.log("d0"));
     let (code, err) = refused(&s, &["--upgrade", &pid]);
     guest::stop(&mut running);
     assert_eq!(code, 1, "{err}");

@@ -94,6 +94,13 @@ impl Backend {
         self
     }
 
+    /// The same command line run by `build`'s binary (only with options that build knows:
+    /// the previous release's `--help` lists fewer).
+    pub fn built_by(mut self, build: crate::builds::Build) -> Self {
+        self.program = build.path();
+        self
+    }
+
     /// Any backend, e.g. the reference virtiofsd:
     /// `Backend::command("virtiofsd", &["--socket-path", "{socket}", "--shared-dir", dir, "--cache", "never"])`.
     pub fn command(program: impl Into<PathBuf>, args: &[&str]) -> Self {
@@ -265,7 +272,7 @@ pub struct Images {
 }
 
 /// Runs `scripts/NAME` and returns the path it prints as its last stdout line.
-fn run_path_script(name: &str) -> Result<PathBuf, String> {
+pub(crate) fn run_path_script(name: &str) -> Result<PathBuf, String> {
     run_path_script_with(name, &[], &[])
 }
 

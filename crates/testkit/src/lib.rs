@@ -4,6 +4,7 @@
 
 pub mod alone;
 pub mod bin;
+pub mod builds;
 pub mod ctl;
 pub mod daemon;
 pub mod errno;
