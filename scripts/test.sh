@@ -86,12 +86,19 @@ if [ $quick -eq 0 ]; then
     timed "fuzz (10,000 runs per target)" scripts/fuzz.sh --runs 10000 || fuzz_rc=$?
 fi
 
-# cargo_test NAME ARGS...: one tier's `cargo test`, its output shown and kept for the summary.
+# cargo_test NAME ARGS...: one tier's `cargo test`, its output shown as it comes and kept for
+# the summary. Through a file, not a pipe: a daemon a test leaves running with the test's
+# stdout would keep a pipe open, and a reader waiting for its end would wait for ever.
 cargo_test() {
-    local name=$1 rc=0
+    local name=$1 log rc=0
     shift
-    timed "$name" cargo test "$@" > >(tee -a "$out") 2>&1 || rc=$?
-    wait $!
+    log=$(mktemp)
+    timed "$name" cargo test "$@" >"$log" 2>&1 &
+    local pid=$!
+    tail -n +1 --pid="$pid" -f "$log"
+    wait "$pid" || rc=$?
+    cat "$log" >>"$out"
+    rm -f "$log"
     return "$rc"
 }
 

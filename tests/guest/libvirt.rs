@@ -11,7 +11,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use testkit::guest;
@@ -79,8 +79,13 @@ fn start_libvirtd() {
             .status()
             .is_ok_and(|s| s.success());
         if !running {
+            // Its standard streams on /dev/null: a daemon that kept the test's stdout would
+            // hold the pipe of whatever reads the test's output (scripts/test.sh's) open.
             let ok = Command::new(d)
                 .arg("-d")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success());
             assert!(
@@ -363,8 +368,8 @@ echo "hello from the guest" > from-guest.txt
 
 #[test]
 fn libvirt_starts_the_daemon_in_both_option_styles() {
-    // libvirt boots its own QEMU: one guest at a time, as the harness runs them.
-    let _serial = guest::serialize_guests();
+    // libvirt boots its own QEMU: one guest slot, as the harness's own guests take.
+    let _slot = guest::one_guest();
     run_style(true);
     run_style(false);
 }
@@ -423,7 +428,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn virsh_save_and_restore_carry_the_guest_across() {
-    let _serial = guest::serialize_guests();
+    let _slot = guest::one_guest();
     let t0 = Instant::now();
     ensure_libvirtd();
     let vm = Vm::new("uvfs-libvirt-save", SAVE_SCENARIO, true);

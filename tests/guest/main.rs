@@ -5,11 +5,13 @@
 //! build-initramfs.sh); fails, never skips, without them.
 //!
 //! These tests share one process and run on libtest's threads. What they share:
-//! - The guest lock (`testkit::guest::serialize_guests`, one per process): guests run one at
-//!   a time, so that TCG on two cores stays within each run's timeout. `run_scenario`,
-//!   `run_together` and `testkit::migrate::run_migration` take it; the tests that start their
-//!   own QEMU or libvirt domain (`guest_memory`, `reboot_soak`, `runtime`, `upgrade`,
-//!   `libvirt`) take it themselves. Tests that boot no guest (refused command lines, the
+//! - The guest slots (`testkit::guest`, one per core unless `UVFS_GUESTS` says otherwise):
+//!   a TCG guest with one vCPU keeps one core busy, so two run side by side at about the speed
+//!   of one. `run_scenario` takes one slot, `run_together` one per guest, and the harnesses that
+//!   start their own QEMU or libvirt domain (`reboot_soak`, `runtime`, `upgrade`, `libvirt`)
+//!   take one with `one_guest`; `testkit::migrate::run_migration` (two QEMUs) and
+//!   `guest_memory` (which reads within a second how much guest memory the daemon maps) take
+//!   every slot with `serialize_guests`. Tests that boot no guest (refused command lines, the
 //!   `FileSystem`-level `xattrmap` tests) take nothing.
 //! - The kernel, initramfs and tool archives, and the previous release's daemon
 //!   (`testkit::builds`), prepared once per process.

@@ -141,7 +141,7 @@ fn sample(pid: u32, branch: &Path, boot: u32) -> Sample {
 #[test]
 fn one_daemon_serves_guest_resets_and_returns_to_its_baseline() {
     guest::require_qemu();
-    let _serial = guest::serialize_guests();
+    let _slot = guest::one_guest();
     let branch = tmpfs::Tmpfs::new("64M");
     let resets = resets();
     let backend = Backend::union(&[(branch.path(), Mode::Rw)], &["-o", "minfreespace=0"]).at_info();

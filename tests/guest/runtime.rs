@@ -153,7 +153,7 @@ fn newest(branches: &[&Path]) -> u64 {
 #[test]
 fn branches_change_while_the_guest_writes() {
     guest::require_qemu();
-    let _serial = guest::serialize_guests();
+    let _slot = guest::one_guest();
     let (a, b, c, d) = (
         Tmpfs::new("16M"),
         Tmpfs::new("16M"),

@@ -212,7 +212,7 @@ fn upgrades_while_the_guest_runs_fio(builds: &[Build]) {
     for b in builds {
         b.path();
     }
-    let _serial = guest::serialize_guests();
+    let _slot = guest::one_guest();
     let s = Setup::new();
     let (guest, mut reaper, console) = s.boot(builds[0]);
     let transcript = || {
@@ -325,7 +325,7 @@ fn to_the_previous_release_while_the_guest_runs_fio() {
 #[test]
 fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     guest::require_qemu();
-    let _serial = guest::serialize_guests();
+    let _slot = guest::one_guest();
     let s = Setup::new();
     let (guest, mut reaper, console) = s.boot(Build::This);
     let first_pid = reaper.0[0].id();

@@ -525,9 +525,15 @@ impl Drop for GuestSlots {
     }
 }
 
+/// Takes one guest slot, for a harness that starts one QEMU of its own (or has libvirt start
+/// it); another guest may run beside it.
+pub fn one_guest() -> GuestSlots {
+    GuestSlots::take(1)
+}
+
 /// Takes every guest slot: no other guest runs until the result is dropped. For harnesses
-/// that start their own QEMUs (two for a migration) or whose checks time the guest or read the
-/// daemon's memory, which a second guest beside them would disturb.
+/// that start several QEMUs (two for a migration) or whose checks read how much of the guest's
+/// memory the daemon maps within a second, which a second guest beside them would slow.
 pub fn serialize_guests() -> GuestSlots {
     GuestSlots::take(usize::MAX)
 }
