@@ -88,12 +88,7 @@ log "starting the unit's command line: $exec_start"
 # shellcheck disable=SC2086 # ExecStart is split into words as systemd does (no quotes in it).
 $exec_start >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 400); do # bounded wait (20 s) for the daemon's socket
-    [ -S "$socket" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.05
-done
-[ -S "$socket" ] || { cat "$work/daemon.log" >&2; die "the unit's daemon made no socket $socket"; }
+wait_socket "$socket" "$daemon_pid" "$work/daemon.log"
 
 cat >"$work/scenario.sh" <<'SCENARIO'
 set -eu

@@ -54,15 +54,7 @@ log "starting $daemon (log: $work/daemon.log)"
 "$daemon" --socket-path "$work/fs.sock" --branch "$work/a=RW" --branch "$work/b=RO" \
     -o minfreespace=0 >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 200); do # bounded wait (10 s) for the daemon's socket
-    [ -S "$work/fs.sock" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.05
-done
-if [ ! -S "$work/fs.sock" ]; then
-    cat "$work/daemon.log" >&2
-    die "the daemon did not create its socket"
-fi
+wait_socket "$work/fs.sock" "$daemon_pid" "$work/daemon.log"
 
 "$UVFS_ROOT/qemu/run-guest.sh" --socket "$work/fs.sock" --kernel "$kernel" --initrd "$initrd" \
     --queue-size "${DEMO_QUEUE_SIZE:-1024}" --script "$work/scenario.sh" </dev/null

@@ -59,7 +59,9 @@ cache_key() {
     local a
     for a in "$@"; do
         if [ -f "$a" ]; then
-            printf '%s\n' "$a"
+            # The name, not the path: a script is run by a relative path from one place and by
+            # an absolute one from another (the tests), and a fresh clone is elsewhere.
+            printf 'file %s\n' "${a##*/}"
             cat "$a"
         else
             printf 'word %s\n' "$a"
@@ -76,6 +78,20 @@ cache_fresh() {
 cache_stamp() {
     printf '%s\n' "$2" >"$1.key.tmp"
     mv "$1.key.tmp" "$1.key"
+}
+
+# wait_socket SOCKET PID LOG: waits (at most 20 s) until the daemon PID has made SOCKET; dies
+# with its LOG if it exits first or never makes it.
+wait_socket() {
+    local socket=$1 pid=$2 log=$3 _
+    for _ in $(seq 400); do
+        [ -S "$socket" ] && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    [ -S "$socket" ] && return 0
+    cat "$log" >&2
+    die "the daemon made no socket $socket"
 }
 
 # cargo_out PROFILE: the directory of this workspace's PROFILE (debug, release) binaries and
