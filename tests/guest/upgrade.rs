@@ -322,6 +322,45 @@ fn to_the_previous_release_while_the_guest_runs_fio() {
     upgrades_while_the_guest_runs_fio(&[Build::This, Build::Previous]);
 }
 
+/// The control protocol across releases: the previous release (1e60aa4) has no control
+/// socket, so this release's `ctl` against it answers one line naming the socket it looked
+/// for, exit 2, and the daemon serves on untouched (the `protocol` request and the answer of a
+/// daemon from before it are unit-tested in src/ctl/client.rs).
+#[test]
+fn ctl_against_the_previous_release_says_why_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let branch = dir.path().join("b");
+    fs::create_dir(&branch).unwrap();
+    let sock = dir.path().join("s");
+    let mut old = testkit::proc::start(
+        Command::new(Build::Previous.path())
+            .arg("--socket-path")
+            .arg(&sock)
+            .arg("--branch")
+            .arg(&branch)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+        &sock,
+    );
+    for args in [
+        &["keys"][..],
+        &["get", "pid"][..],
+        &["set", "minfreespace", "1G"][..],
+    ] {
+        let line = testkit::ctl::fails(&sock, args);
+        assert!(
+            line.contains(&format!("{}.ctl", sock.display())),
+            "{args:?}: {line}"
+        );
+    }
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "the previous release's daemon exited"
+    );
+    old.kill().unwrap();
+    old.wait().unwrap();
+}
+
 #[test]
 fn a_new_daemon_that_cannot_take_the_session_leaves_the_old_one_serving() {
     guest::require_qemu();
