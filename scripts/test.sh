@@ -114,6 +114,7 @@ if [ $rc -eq 0 ]; then
             "${guest_targets[@]}" -- "$@" || rc=$?
     fi
 fi
+[ $quick -eq 0 ] || log "the guest tier was not run (--quick): scripts/test.sh runs everything, cargo test --test guest the guest tests alone"
 # Each binary's own summary, then the sum: cargo's own last line is that of the doc-tests.
 grep -E '^ *Running |^test result: ' "$out" | sed 's/^ *//' >&2 || true
 sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$out" |
