@@ -96,10 +96,10 @@ fn main() -> ExitCode {
         Ok(b) => b,
         Err(e) => {
             error!("{e}");
-            return match e.is_bad_input() {
-                true => ExitCode::from(EXIT_USAGE),
-                false => ExitCode::FAILURE,
-            };
+            if e.is_bad_input() {
+                return ExitCode::from(EXIT_USAGE);
+            }
+            return ExitCode::FAILURE;
         }
     };
     // The socket exists; no thread runs yet and no guest request has been read.
