@@ -63,6 +63,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Before anything is made or said: a --socket-path the daemon will not use is bad input.
+    if let Err(e) = vhost::check_listen(&cfg.daemon) {
+        error!("{e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let mut fs = match UnionFs::new(cfg.fs) {
         Ok(fs) => fs,
         Err(e) => {
@@ -91,6 +96,9 @@ fn main() -> ExitCode {
         Ok(b) => b,
         Err(e) => {
             error!("{e}");
+            if e.is_bad_input() {
+                return ExitCode::from(EXIT_USAGE);
+            }
             return ExitCode::FAILURE;
         }
     };

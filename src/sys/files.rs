@@ -12,11 +12,12 @@ use rustix::fs::FlockOperation;
 /// Creates (or reuses) `path`, takes an exclusive lock on it without waiting, and writes the
 /// daemon's pid into it. Fails if another process holds the lock (another daemon serving the
 /// same socket). Keep the returned file open: closing it releases the lock.
+/// Never follows a symlink at `path` (ELOOP): the daemon truncates the file it locks.
 pub fn write_pid_file(path: &Path) -> io::Result<File> {
     loop {
         let mut file = OpenOptions::new()
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .write(true)
             .create(true)
             .truncate(false)
@@ -35,6 +36,26 @@ pub fn write_pid_file(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Whether a daemon holds the lock on the pid file `path` (false when there is none). Takes a
+/// shared lock for the moment it looks: a daemon starting at that very moment on the same
+/// socket fails as if this one held it.
+pub fn pid_file_is_locked(path: &Path) -> io::Result<bool> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match rustix::fs::flock(&file, FlockOperation::NonBlockingLockShared) {
+        Ok(()) => Ok(false),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Makes the pid file `file` (received locked from the daemon this one upgrades) say `pid`.
 pub fn claim_pid_file(file: &File, pid: u32) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
@@ -42,13 +63,59 @@ pub fn claim_pid_file(file: &File, pid: u32) -> io::Result<()> {
     file.write_all_at(format!("{pid}\n").as_bytes(), 0)
 }
 
-/// Listens on the unix socket `path`, replacing a stale one; `mode` for its permissions. The
+/// Whether a process accepts connections on the unix socket `path`: a non-blocking connect
+/// that is refused (nothing listens) says no; one that succeeds or would wait (a full
+/// backlog) says yes. The connection, if any, is closed at once; the listener sees it as a
+/// client that hung up.
+pub fn socket_is_served(path: &Path) -> io::Result<bool> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    match rustix::net::connect(&fd, &SocketAddrUnix::new(path)?) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INPROGRESS) => Ok(true),
+        Err(rustix::io::Errno::CONNREFUSED) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether this process may create and remove files in the directory `dir` (write and
+/// search permission, with its effective ids; EROFS on a read-only filesystem).
+pub fn may_create_in(dir: &Path) -> io::Result<()> {
+    use rustix::fs::{Access, AtFlags, CWD};
+    rustix::fs::accessat(
+        CWD,
+        dir,
+        Access::WRITE_OK | Access::EXEC_OK,
+        AtFlags::EACCESS,
+    )?;
+    Ok(())
+}
+
+/// Removes the unix socket at `path` if it is one (left by a daemon that is gone): never a
+/// file of any other type, and nothing when nothing is there.
+pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(io::Error::from_raw_os_error(libc::EEXIST)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Listens on the unix socket `path`, replacing a stale socket (never another kind of file:
+/// EEXIST); `mode` for its permissions. The
 /// socket file never has more than `mode` (the socket's own mode, set before `bind`, is what
 /// `bind` creates the file with, less the umask; the exact mode follows): no one outside it
 /// can connect in between, whatever the umask.
 pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let _ = std::fs::remove_file(path);
+    remove_stale_socket(path)?;
     let Some(mode) = mode else {
         return std::os::unix::net::UnixListener::bind(path);
     };

@@ -15,6 +15,7 @@ mod own;
 mod pool;
 mod release;
 mod reply;
+pub mod socket_path;
 mod split;
 pub mod state;
 mod tap;
@@ -45,6 +46,7 @@ pub use dispatch::Dispatcher;
 pub use init::{
     effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
 };
+pub use socket_path::remove_socket_files;
 pub use split::{ChainMemory, HeldMemory};
 
 /// Where the frontend connects.
@@ -118,8 +120,11 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// The pid file could not be created or is locked by another daemon.
-    #[error("cannot lock pid file {path} (another daemon on this socket?): {source}")]
+    /// `--socket-path` cannot be used (bad input: nothing was made).
+    #[error("{0}")]
+    SocketPath(#[from] socket_path::Error),
+    /// The pid file could not be created or locked.
+    #[error("cannot create pid file {path}: {source}")]
     PidFile {
         /// The pid file.
         path: PathBuf,
@@ -146,6 +151,25 @@ pub enum Error {
     /// Serving the frontend failed.
     #[error("vhost-user session failed: {0}")]
     Serve(DaemonError),
+}
+
+/// Checks what can be checked of where the daemon will listen before making anything:
+/// for `--socket-path`, its length, its directory and what is already there.
+pub fn check_listen(cfg: &DaemonConfig) -> Result<(), socket_path::Error> {
+    match &cfg.listen {
+        // With --upgrade, the daemon taken over from serves on it.
+        Listen::Path(p) if cfg.upgrade.is_some() => socket_path::check_files(p),
+        Listen::Path(p) => socket_path::check(p),
+        Listen::Fd(_) => Ok(()),
+    }
+}
+
+impl Error {
+    /// Whether the command line is at fault (a `--socket-path` the daemon will not use):
+    /// nothing was made, and the caller exits 2 as for any bad input.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, Error::SocketPath(_))
+    }
 }
 
 /// The JSON `--print-capabilities` prints (vhost-user.rst "backend program conventions"):
@@ -273,37 +297,11 @@ impl Bound {
         let mut ctl = None;
         let (listener, path) = match &cfg.listen {
             Listen::Path(p) => {
-                let mut pid_path = p.clone().into_os_string();
-                pid_path.push(".pid");
-                let pid_path = PathBuf::from(pid_path);
-                pid_file = Some(crate::sys::files::write_pid_file(&pid_path).map_err(
-                    |source| Error::PidFile {
-                        path: pid_path.clone(),
-                        source,
-                    },
-                )?);
-                let listener =
-                    crate::sys::files::bind_unix(p, None).map_err(|source| Error::Listen {
-                        path: p.clone(),
-                        source,
-                    })?;
-                if let Some(gid) = cfg.socket_group {
-                    crate::sys::files::give_socket_to_group(p, gid).map_err(|source| {
-                        Error::SocketGroup {
-                            path: p.clone(),
-                            source,
-                        }
-                    })?;
-                }
-                let channel = upgrade::channel_path(p);
-                upgrades = Some(crate::sys::files::bind_unix(&channel, Some(0o600)).map_err(
-                    |source| Error::Listen {
-                        path: channel.clone(),
-                        source,
-                    },
-                )?);
-                ctl = Some(bind_control(p, cfg.socket_group)?);
-                (listener, Some(p.clone()))
+                let b = socket_path::bind(p, cfg.socket_group)?;
+                pid_file = Some(b.pid_file);
+                upgrades = Some(b.upgrades);
+                ctl = Some(b.ctl);
+                (b.listener, Some(p.clone()))
             }
             Listen::Fd(fd) => {
                 let l = crate::sys::fd::adopt_listener(*fd)
@@ -363,9 +361,7 @@ impl Bound {
 
 /// The host's control socket next to the vhost-user socket `socket`: `<socket>.ctl`.
 pub fn ctl_path(socket: &Path) -> PathBuf {
-    let mut p = socket.as_os_str().to_owned();
-    p.push(".ctl");
-    PathBuf::from(p)
+    socket_path::beside(socket, ".ctl")
 }
 
 /// The host's control socket (`<socket>.ctl`), served by `crate::ctl::server`.
@@ -375,32 +371,6 @@ pub struct ControlSocket {
     pub listener: UnixListener,
     /// `--socket-group`: its members may use the socket too.
     pub group: Option<u32>,
-}
-
-/// Binds `<socket>.ctl`: mode 0600, or with `--socket-group` 0660 owned by that group.
-fn bind_control(socket: &Path, group: Option<u32>) -> Result<ControlSocket, Error> {
-    let path = ctl_path(socket);
-    let listener =
-        crate::sys::files::bind_unix(&path, Some(0o600)).map_err(|source| Error::Listen {
-            path: path.clone(),
-            source,
-        })?;
-    if let Some(gid) = group {
-        crate::sys::files::give_socket_to_group(&path, gid)
-            .map_err(|source| Error::SocketGroup { path, source })?;
-    }
-    Ok(ControlSocket { listener, group })
-}
-
-/// Removes the socket, its pid file, upgrade channel and control socket (on exit; the
-/// sandbox's parent does it for its child).
-pub fn remove_socket_files(path: &std::path::Path) {
-    let _ = std::fs::remove_file(path);
-    let _ = std::fs::remove_file(upgrade::channel_path(path));
-    let _ = std::fs::remove_file(ctl_path(path));
-    let mut pid = path.to_path_buf().into_os_string();
-    pid.push(".pid");
-    let _ = std::fs::remove_file(pid);
 }
 
 impl<F> Daemon<F>

@@ -370,3 +370,158 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// The names in `dir` with their inode numbers: what a failed start must leave as it was.
+fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let ino = e.metadata().unwrap().ino();
+            (e.file_name().into_string().unwrap(), ino)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A `--socket-path` the daemon will not use: exit 2, one line naming the path and what is
+/// wrong, and the directory as it was (nothing made, nothing removed or replaced). A daemon
+/// serving on the path goes on serving.
+#[test]
+fn bad_socket_paths_exit_2_and_leave_the_directory_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let running = testkit::daemon::Daemon::start(&["a"], &[]);
+    let run_dir = running.socket().parent().unwrap().to_path_buf();
+    let ctl = union_virtiofsd::vhost::ctl_path(&running.socket());
+    testkit::proc::wait_socket(&ctl);
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let branch = d.path().join("branch");
+    std::fs::create_dir(&branch).unwrap();
+    let p = |name: &str| d.path().join(name);
+    std::fs::write(p("file"), "keep me").unwrap();
+    std::fs::create_dir(p("dir")).unwrap();
+    std::os::unix::fs::symlink("file", p("link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    std::fs::write(p("c.ctl"), "").unwrap();
+    std::fs::create_dir(p("q.pid")).unwrap();
+    std::os::unix::fs::symlink("file", p("y.pid")).unwrap();
+    let _foreign = std::os::unix::net::UnixListener::bind(p("served")).unwrap();
+    std::fs::create_dir(p("ro")).unwrap();
+    std::fs::set_permissions(p("ro"), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let long = p(&"x".repeat(120));
+    let long_len = long.as_os_str().len().to_string();
+    let dir_of = |s: &str| p(s).display().to_string();
+    let cases: Vec<(std::path::PathBuf, String)> = vec![
+        (
+            p("file"),
+            "a regular file is there, not a socket: not removing it".into(),
+        ),
+        (
+            p("dir"),
+            "a directory is there, not a socket: not removing it".into(),
+        ),
+        (
+            p("link"),
+            "a symlink is there, not a socket: not removing it".into(),
+        ),
+        (
+            p("fifo"),
+            "a FIFO is there, not a socket: not removing it".into(),
+        ),
+        (
+            p("c"),
+            format!("{} is a regular file, not a socket", dir_of("c.ctl")),
+        ),
+        (
+            p("q"),
+            format!("{} is a directory, not a pid file", dir_of("q.pid")),
+        ),
+        (
+            p("y"),
+            format!("{} is a symlink, not a pid file", dir_of("y.pid")),
+        ),
+        (
+            p("served"),
+            "a process accepts connections on it: not replacing it".into(),
+        ),
+        (
+            p("no/such/s"),
+            format!("directory {} does not exist", dir_of("no/such")),
+        ),
+        (
+            p("file/s"),
+            format!("{} is not a directory", dir_of("file")),
+        ),
+        (long, format!("{long_len} bytes long, over the limit of 99")),
+        (
+            p("ro/s"),
+            format!("cannot create files in directory {}", dir_of("ro")),
+        ),
+        (running.socket(), "another daemon (pid".into()),
+    ];
+    let as_root = rustix::process::geteuid().is_root();
+    for (sock, needle) in &cases {
+        let before = (listing(d.path()), listing(&run_dir));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"));
+        cmd.arg("--socket-path")
+            .arg(sock)
+            .arg("--branch")
+            .arg(&branch);
+        if as_root && sock.starts_with(p("ro")) {
+            // Root may write anywhere: the directory refuses an ordinary user.
+            use std::os::unix::process::CommandExt;
+            let user = testkit::users::uvfs_test();
+            cmd.uid(user.uid).gid(user.gid);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{sock:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{sock:?}: {err}");
+        assert!(
+            err.contains(&format!("--socket-path {}: ", sock.display())),
+            "{sock:?}: {err}"
+        );
+        assert!(err.contains(needle.as_str()), "{sock:?}: {err}");
+        assert_eq!(
+            (listing(d.path()), listing(&run_dir)),
+            before,
+            "{sock:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(p("file")).unwrap(), "keep me");
+    let mut running = running;
+    running.assert_alive();
+    let mut dev = running.session();
+    dev.lookup(vufs_frontend::ops::ROOT_ID, b"nothing-here")
+        .expect_err("the running daemon still answers");
+}
+
+/// A socket no one serves (its daemon is gone, its pid file unlocked) is replaced.
+#[test]
+fn a_stale_socket_is_replaced() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("s");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    std::fs::write(d.path().join("s.pid"), "1\n").unwrap();
+    let mut child = testkit::proc::daemon_on(&sock)
+        .arg("--branch")
+        .arg(d.path())
+        .spawn()
+        .unwrap();
+    testkit::proc::wait_socket(&union_virtiofsd::vhost::ctl_path(&sock));
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let code = testkit::proc::wait_exit(&mut child, std::time::Duration::from_secs(10));
+    assert_eq!(code, 0);
+    assert_eq!(listing(d.path()), vec![], "the daemon's files are gone");
+}
