@@ -1,8 +1,9 @@
 //! Turns parsed `Args` into a checked `Config`: every cross-field rule lives here, and the
 //! union options from --config, -o and typed flags go through the one registry. No I/O beyond
-//! reading --config, expanding branch globs and validating an inherited `--fd`; branch
+//! reading --config (and `config=` files), expanding branch globs and validating an inherited `--fd`; branch
 //! directories are opened later by `fs`.
 
+pub mod ignored;
 pub mod registry;
 pub mod runtime;
 pub mod virtiofsd;
@@ -166,7 +167,7 @@ impl TryFrom<Args> for Config {
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
         let mut settings = union_settings(&args)?;
-        let mut notes = Vec::new();
+        let mut notes = std::mem::take(&mut settings.notes);
         let legacy = settings.virtiofsd.clone();
         apply_virtiofsd(&args, &legacy, &mut settings, &mut notes)?;
         let socket_path = args.socket_path.clone().or(args.socket.clone());
@@ -199,7 +200,7 @@ impl TryFrom<Args> for Config {
         if branches.is_empty() {
             return Err(ConfigError::NoBranches);
         }
-        if args.readonly {
+        if args.readonly || settings.readonly == Some(true) {
             // The whole share is read-only: every branch is RO, so every change is EROFS.
             for b in &mut branches {
                 b.mode = crate::union::BranchMode::RO;

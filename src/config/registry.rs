@@ -2,7 +2,8 @@
 //! `-o a=b,c=d`, a config file or a typed flag, is applied to [`UnionOptions`] here. Names are
 //! mergerfs's; `_` and `-` are interchangeable. Options that only make sense for a kernel FUSE
 //! mount (allow_other, fsname…) are accepted and ignored, so an existing mergerfs configuration
-//! works unchanged.
+//! works unchanged: each with its reason, one note per name per start (`ignored.rs`). A
+//! config file is the same `key[=value]` items, one per line; `config=FILE` reads one.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::union::size::parse_size;
 use crate::union::Branch;
 
 /// Errors applying an option.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum OptionError {
     /// No option of that name exists.
     #[error("unknown option '{0}'")]
@@ -30,15 +31,31 @@ pub enum OptionError {
         /// What is accepted.
         expected: &'static str,
     },
-    /// A config file line is not `key=value`.
-    #[error("{file}:{line}: expected key=value")]
-    Syntax {
+    /// A config file line cannot be applied.
+    #[error("{file}:{line}: {source}")]
+    InFile {
         /// The file.
         file: String,
         /// 1-based line number.
         line: usize,
+        /// What is wrong with the line.
+        source: Box<OptionError>,
     },
+    /// A `config=FILE` cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    ReadConfig {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// `config=` files include each other more than [`MAX_CONFIG_DEPTH`] deep.
+    #[error("config={0}: too many levels of config files (at most {MAX_CONFIG_DEPTH})")]
+    ConfigDepth(String),
 }
+
+/// How deep `config=` files may include each other (mergerfs's limit).
+pub const MAX_CONFIG_DEPTH: usize = 5;
 
 /// What an option setter reports when the value does not fit: what it expected.
 struct Expected(&'static str);
@@ -54,6 +71,12 @@ pub struct Settings {
     pub branches: Vec<Branch>,
     /// virtiofsd's legacy `-o` keys.
     pub virtiofsd: super::virtiofsd::Legacy,
+    /// `ro` / `rw`, the generic mount flags: the whole share read-only (as `--readonly`).
+    pub readonly: Option<bool>,
+    /// One line per ignored option named (`NAME: why`), each once, for the start's log.
+    pub notes: Vec<String>,
+    /// How many `config=` files are being read (inside one another).
+    depth: usize,
 }
 
 /// One registered option.
@@ -86,10 +109,6 @@ fn seconds(v: &str) -> Result<Duration, Expected> {
         .ok_or(Expected("a number of seconds"))
 }
 
-fn ignored(_: &mut Settings, _: &str) -> Result<(), Expected> {
-    Ok(())
-}
-
 macro_rules! choice {
     ($field:ident, $expected:literal, { $($text:literal => $val:expr),* $(,)? }) => {
         |s: &mut Settings, v: &str| {
@@ -105,6 +124,10 @@ macro_rules! choice {
 /// Every option, in README order.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE]] list (config files)", set: |s, v| {
+        s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;
+        Ok(())
+    } },
+    OptionSpec { name: "srcmounts", help: "mergerfs's older name for branches", set: |s, v| {
         s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;
         Ok(())
     } },
@@ -272,32 +295,6 @@ pub static OPTIONS: &[OptionSpec] = &[
     } },
 ];
 
-/// mergerfs options that configure its kernel FUSE mount or its own process and have no
-/// meaning for a vhost-user device; accepted and ignored.
-pub static NOT_APPLICABLE: &[&str] = &[
-    "allow-other",
-    "default-permissions",
-    "fsname",
-    "use-ino",
-    "threads",
-    "read-thread-count",
-    "process-thread-count",
-    "async-read",
-    "auto-cache",
-    "kernel-cache",
-    "splice-move",
-    "splice-read",
-    "splice-write",
-    "security-capability",
-    "nonempty",
-    "atomic-o-trunc",
-    "big-writes",
-    "cache.statfs",
-    "cache.symlinks",
-    "fuse-msg-size",
-    "parallel-direct-writes",
-];
-
 fn normalize(name: &str) -> String {
     let n = name.trim().replace('_', "-");
     match n.as_str() {
@@ -307,9 +304,21 @@ fn normalize(name: &str) -> String {
 }
 
 impl Settings {
+    /// Settings that start from `opts` (a running union's) instead of the defaults.
+    pub fn over(opts: UnionOptions) -> Self {
+        Self {
+            opts,
+            ..Self::default()
+        }
+    }
+
     /// Applies one `key[=value]`.
     pub fn apply(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
         let name = normalize(key);
+        if let Some((_, why)) = super::ignored::find(&name) {
+            self.note(format!("{}: {why}", key.trim()));
+            return Ok(());
+        }
         if let Some(f) = name.strip_prefix("func.") {
             let func = Func::ALL.iter().find(|x| x.name() == f);
             let func = *func.ok_or_else(|| OptionError::Unknown(key.to_string()))?;
@@ -317,9 +326,16 @@ impl Settings {
             self.opts.policies.set_func(func, p);
             return Ok(());
         }
-        if NOT_APPLICABLE.contains(&name.as_str()) {
-            log::info!("option '{key}' has no meaning for a virtio-fs device; ignored");
-            return ignored(self, value).map_err(|e| bad(key, value, e));
+        match name.as_str() {
+            "config" => return self.load(value.trim()),
+            "ro" | "rw" if !value.trim().is_empty() => {
+                return Err(bad(key, value, Expected("no value")))
+            }
+            "ro" | "rw" => {
+                self.readonly = Some(name == "ro");
+                return Ok(());
+            }
+            _ => {}
         }
         let Some(spec) = OPTIONS.iter().find(|o| normalize(o.name) == name) else {
             return match super::virtiofsd::apply(&mut self.virtiofsd, &name, value.trim()) {
@@ -343,22 +359,49 @@ impl Settings {
         Ok(())
     }
 
-    /// Applies a config file's text: one `key=value` per line, `#` comments, blank lines.
+    /// Applies a config file's text: one `key=value` or bare `key` per line (as mergerfs: a
+    /// bare key is the key with an empty value, which for a switch means on, as in `-o`), `#`
+    /// comments, blank lines. An error names the file and line.
     pub fn apply_file(&mut self, file: &str, text: &str) -> Result<(), OptionError> {
         for (i, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let Some((k, v)) = line.split_once('=') else {
-                return Err(OptionError::Syntax {
-                    file: file.to_string(),
-                    line: i + 1,
-                });
-            };
-            self.apply(k, v)?;
+            let (k, v) = line.split_once('=').unwrap_or((line, ""));
+            self.apply(k, v).map_err(|e| OptionError::InFile {
+                file: file.to_string(),
+                line: i + 1,
+                source: Box::new(e),
+            })?;
         }
         Ok(())
+    }
+
+    /// `config=FILE`: reads and applies a config file there and then, as mergerfs does (so
+    /// later options override it), at most [`MAX_CONFIG_DEPTH`] files deep.
+    fn load(&mut self, path: &str) -> Result<(), OptionError> {
+        if self.depth >= MAX_CONFIG_DEPTH {
+            return Err(OptionError::ConfigDepth(path.to_string()));
+        }
+        if path.is_empty() {
+            return Err(bad("config", path, Expected("a file")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| OptionError::ReadConfig {
+            path: path.to_string(),
+            source,
+        })?;
+        self.depth += 1;
+        let r = self.apply_file(path, &text);
+        self.depth -= 1;
+        r
+    }
+
+    /// Records `note` unless an equal one already is.
+    fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
     }
 }
 
@@ -412,6 +455,14 @@ pub fn help_text() -> String {
         "key is virtiofsd's switch, KEY=VALUE mergerfs's option (xattr = xattr=passthrough).\n",
     );
     s.push_str("A comma inside a value is written ',,' or '\\,' (-o source=/srv/a,,b).\n");
+    s.push_str(
+        "\nconfig=FILE reads a config file there (key=value or bare key lines, # comments);\n",
+    );
+    s.push_str(
+        "ro (= --readonly) and rw apply. Every other mergerfs option (readahead, threads,\n",
+    );
+    s.push_str("func.readdir, …) and generic mount option (allow_other, noatime, defaults, x-…)\n");
+    s.push_str("is accepted and ignored, with one warning per start saying why.\n");
     s
 }
 
@@ -455,14 +506,14 @@ mod tests {
         let mut s = Settings::default();
         let e = s.apply_list("category.create=bogus").unwrap_err();
         assert!(e.to_string().contains("category.create"), "{e}");
-        assert_eq!(
+        assert!(matches!(
             s.apply("frobnicate", "1"),
-            Err(OptionError::Unknown("frobnicate".into()))
-        );
-        assert_eq!(
+            Err(OptionError::Unknown(k)) if k == "frobnicate"
+        ));
+        assert!(matches!(
             s.apply("func.nosuch", "ff"),
-            Err(OptionError::Unknown("func.nosuch".into()))
-        );
+            Err(OptionError::Unknown(k)) if k == "func.nosuch"
+        ));
         assert!(matches!(
             s.apply("minfreespace", "lots"),
             Err(OptionError::BadValue { .. })
@@ -484,16 +535,232 @@ mod tests {
         assert_eq!(s.branches.len(), 2);
         assert_eq!(s.branches[1].min_free, Some(1 << 30));
         assert_eq!(s.opts.policies.get(Func::Readlink), Policy::Newest);
+        let e = s.apply_file("f", "ok=1\njunk\n").unwrap_err();
+        assert_eq!(e.to_string(), "f:1: unknown option 'ok'");
+        let e = s.apply_file("f", "xattr=nosys\n\n# c\njunk\n").unwrap_err();
+        assert_eq!(e.to_string(), "f:4: unknown option 'junk'");
+        let e = s.apply_file("f", "statfs=half\n").unwrap_err();
+        assert!(e.to_string().starts_with("f:1: option 'statfs'"), "{e}");
+    }
+
+    #[test]
+    fn bare_keys_in_files_are_as_in_option_lists() {
+        let mut s = Settings::default();
+        s.apply_file("f", "allow_other\ndirect_io\nlink_cow\ndefaults\n")
+            .unwrap();
+        assert!(s.opts.direct_io && s.opts.link_cow);
+        let mut l = Settings::default();
+        l.apply_list("allow_other,direct_io,link_cow,defaults")
+            .unwrap();
+        assert_eq!(s, l);
+    }
+
+    #[test]
+    fn ignored_options_leave_one_note_each() {
+        let mut s = Settings::default();
+        s.apply_list("allow_other,readahead=0,allow_other,x-systemd.automount")
+            .unwrap();
+        s.apply_file("f", "readahead=1024\nallow_other\n").unwrap();
+        assert_eq!(s.notes.len(), 3, "{:?}", s.notes);
+        assert!(s.notes[1].starts_with("readahead: the guest kernel's readahead"));
+        assert_eq!(s.opts, UnionOptions::default());
+    }
+
+    #[test]
+    fn ro_and_rw_are_the_share_mode() {
+        let mut s = Settings::default();
+        s.apply_list("defaults,ro").unwrap();
+        assert_eq!(s.readonly, Some(true));
+        s.apply_list("rw").unwrap();
+        assert_eq!(s.readonly, Some(false));
+        assert!(s.apply_list("ro=1").is_err());
+    }
+
+    #[test]
+    fn config_option_reads_a_file_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("inner.conf");
+        std::fs::write(&inner, "category.create=mfs\nallow_other\n").unwrap();
+        let outer = dir.path().join("outer.conf");
+        std::fs::write(
+            &outer,
+            format!("minfreespace=1G\nconfig={}\n", inner.display()),
+        )
+        .unwrap();
+        let mut s = Settings::default();
+        s.apply_list(&format!(
+            "category.create=ff,config={},statfs=full",
+            outer.display()
+        ))
+        .unwrap();
         assert_eq!(
-            s.apply_file("f", "ok=1\njunk\n"),
-            Err(OptionError::Unknown("ok".into()))
+            s.opts.policies.get(Func::Create),
+            Policy::Mfs,
+            "the file overrides earlier"
         );
+        assert_eq!(s.opts.minfreespace, 1 << 30);
+        assert_eq!(s.opts.statfs, StatfsMode::Full);
+        assert_eq!(s.notes.len(), 1);
+        // Errors name the file and line, through every level.
+        std::fs::write(&inner, "\nfrob\n").unwrap();
+        let e = s
+            .apply_list(&format!("config={}", outer.display()))
+            .unwrap_err();
         assert_eq!(
-            s.apply_file("f", "xattr=nosys\njunk\n"),
-            Err(OptionError::Syntax {
-                file: "f".into(),
-                line: 2
-            })
+            e.to_string(),
+            format!(
+                "{}:2: {}:2: unknown option 'frob'",
+                outer.display(),
+                inner.display()
+            )
         );
+        let e = s.apply_list("config=/nonexistent/x.conf").unwrap_err();
+        assert!(matches!(e, OptionError::ReadConfig { .. }), "{e}");
+        // A file that includes itself stops at the depth limit.
+        std::fs::write(&inner, format!("config={}\n", inner.display())).unwrap();
+        let e = s
+            .apply_list(&format!("config={}", inner.display()))
+            .unwrap_err();
+        assert!(e.to_string().contains("too many levels"), "{e}");
+    }
+
+    /// mergerfs 2.42's options, as its documentation lists them
+    /// (`mkdocs/docs/config/options.md`, every `**name**` item, with a value of its type, and
+    /// `mkdocs/docs/config/deprecated_options.md`), plus the fstab and libfuse mount options
+    /// mergerfs passes on (`vendored/libfuse/lib/mount_generic.h`).
+    const MERGERFS_2_42: &[&str] = &[
+        // options.md, "mount options"
+        "branches=/tmp",
+        "mountpoint=/mnt/pool",
+        "branches-mount-timeout=0",
+        "branches-mount-timeout-fail=false",
+        "minfreespace=4G",
+        "moveonenospc=pfrd",
+        "inodecalc=hybrid-hash",
+        "dropcacheonclose=false",
+        "direct-io-allow-mmap=true",
+        "symlinkify=false",
+        "symlinkify-timeout=3600",
+        "nullrw=false",
+        "lazy-umount-mountpoint=false",
+        "ignorepponrename=false",
+        "export-support=true",
+        "kernel-permissions-check=true",
+        "security-capability=true",
+        "xattr=passthrough",
+        "link-cow=false",
+        "statfs=base",
+        "statfs-ignore=none",
+        "nfsopenhack=off",
+        "follow-symlinks=never",
+        "link-exdev=passthrough",
+        "rename-exdev=passthrough",
+        "readahead=0",
+        "posix-acl=false",
+        "async-read=true",
+        "fuse-msg-size=1M",
+        "read-thread-count=0",
+        "process-thread-count=-1",
+        "process-thread-queue-depth=2",
+        "pin-threads=R1L",
+        "flush-on-close=opened-for-write",
+        "scheduling-priority=-10",
+        "proxy-ioprio=false",
+        "fsname=pool",
+        "func.getattr=newest",
+        "func.readdir=seq",
+        "func.readdir=cosr:4",
+        "category.action=epall",
+        "category.create=pfrd",
+        "category.search=ff",
+        "cache.statfs=0",
+        "cache.attr=1",
+        "cache.entry=1",
+        "cache.negative-entry=0",
+        "cache.files=off",
+        "cache.files.process-names=rtorrent|qbittorrent-nox",
+        "cache.writeback=false",
+        "cache.symlinks=false",
+        "cache.readdir=false",
+        "parallel-direct-writes=true",
+        "passthrough.io=off",
+        "passthrough.max-stack-depth=1",
+        "never-forget-nodes=false",
+        "allow-idmap=true",
+        "debug",
+        "log.file=/tmp/x.log",
+        // threads.md
+        "threads=0",
+        // deprecated_options.md
+        "allow_other",
+        "async_read",
+        "atomic_o_trunc",
+        "attr_timeout=1",
+        "auto_cache",
+        "big_writes",
+        "direct_io",
+        "entry_timeout=1",
+        "hard_remove",
+        "kernel_cache",
+        "negative_entry=0",
+        "remember=0",
+        "remember-nodes=0",
+        "noforget",
+        "nonempty",
+        "splice_move",
+        "splice_read",
+        "splice_write",
+        "sync_read",
+        "use_ino",
+        // fstab staples and libfuse's generic mount options
+        "defaults",
+        "default_permissions",
+        "auto_unmount",
+        "rw",
+        "ro",
+        "nofail",
+        "_netdev",
+        "noauto",
+        "x-systemd.requires=zfs-mount.service",
+        "noatime",
+        "nosuid",
+        "nodev",
+        "max_read=131072",
+        "subtype=mergerfs",
+        "uid=0",
+        "gid=0",
+        "umask=022",
+    ];
+
+    #[test]
+    fn every_mergerfs_option_is_accepted_in_lists_and_files() {
+        for item in MERGERFS_2_42 {
+            let mut s = Settings::default();
+            s.apply_list(item)
+                .unwrap_or_else(|e| panic!("-o {item}: {e}"));
+            let mut f = Settings::default();
+            f.apply_file("mergerfs.conf", item)
+                .unwrap_or_else(|e| panic!("config file line {item}: {e}"));
+        }
+        let mut s = Settings::default();
+        s.apply_file("mergerfs.conf", &MERGERFS_2_42.join("\n"))
+            .unwrap();
+    }
+
+    #[test]
+    fn ignored_names_shadow_nothing_applied() {
+        for i in super::super::ignored::IGNORED {
+            assert!(
+                !OPTIONS.iter().any(|o| normalize(o.name) == i.name),
+                "{} is both applied and ignored",
+                i.name
+            );
+            let mut l = super::super::virtiofsd::Legacy::default();
+            assert!(
+                super::super::virtiofsd::apply(&mut l, i.name, "").is_none(),
+                "{} is a virtiofsd key",
+                i.name
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
+use super::ignored::{IgnoredSpec, Origin, IGNORED};
 use super::registry::{OptionError, Settings};
 use crate::fs::control::CtlError;
 use crate::fs::options::{Func, UnionOptions};
@@ -99,19 +100,6 @@ keys! {
     "symlinkify", true, |o| o.symlinkify.to_string();
     "symlinkify_timeout", true, |o| secs(o.symlinkify_timeout);
     "xattr", true, |o| kebab(o.xattr);
-    // mergerfs's keys for its kernel mount and its own process: read-only, with the value
-    // that describes this daemon (accepted and ignored in -o and --config).
-    "async_read", false, |_o| "true".into();
-    "auto_cache", false, |_o| "false".into();
-    "cache.statfs", false, |_o| "0".into();
-    "cache.symlinks", false, |_o| "false".into();
-    "fsname", false, |_o| "union-virtiofsd".into();
-    "ignorepponrename", false, |_o| "false".into();
-    "kernel_cache", false, |_o| "false".into();
-    "log.metrics", false, |_o| "false".into();
-    "mount", false, |o| o.mountpoint.clone();
-    "nfsopenhack", false, |_o| "off".into();
-    "security_capability", false, |_o| "true".into();
 }
 
 /// Commands (`cmd.*`): set-only keys that act once.
@@ -130,18 +118,39 @@ fn find(key: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name.replace('_', "-") == n)
 }
 
+/// mergerfs's keys that are accepted and ignored (`ignored.rs`): listed, shown, and set
+/// (to no effect) where mergerfs lets them change at run time.
+fn find_ignored(key: &str) -> Option<&'static IgnoredSpec> {
+    let n = normal(key);
+    IGNORED
+        .iter()
+        .find(|s| s.origin == Origin::Mergerfs && s.name == n)
+}
+
 fn unknown(key: &str) -> CtlError {
     CtlError::new(libc::ENODATA, format!("unknown option '{key}'"))
+}
+
+/// Every key `ctl keys` lists: the applied options, the ignored mergerfs ones, `func.*` and the
+/// branch list, sorted.
+fn keys() -> Vec<String> {
+    let mut v: Vec<String> = KEYS.iter().map(|k| k.name.to_string()).collect();
+    v.extend(Func::ALL.iter().map(|f| format!("func.{}", f.name())));
+    v.extend(["branches", "srcmounts"].map(String::from));
+    v.extend(
+        IGNORED
+            .iter()
+            .filter(|s| s.origin == Origin::Mergerfs)
+            .map(|s| s.name.to_string()),
+    );
+    v.sort();
+    v
 }
 
 impl UnionFs {
     /// Every key, as mergerfs names them (without the `user.mergerfs.` prefix), sorted.
     pub fn ctl_keys(&self) -> Vec<String> {
-        let mut v: Vec<String> = KEYS.iter().map(|k| k.name.to_string()).collect();
-        v.extend(Func::ALL.iter().map(|f| format!("func.{}", f.name())));
-        v.extend(["branches", "srcmounts", "version", "pid"].map(String::from));
-        v.sort();
-        v
+        keys()
     }
 
     /// The value of `key` (with or without the `user.mergerfs.` prefix).
@@ -161,6 +170,9 @@ impl UnionFs {
             "version" => return Ok(env!("CARGO_PKG_VERSION").to_string()),
             "pid" => return Ok(std::process::id().to_string()),
             _ => {}
+        }
+        if let Some(s) = find_ignored(key) {
+            return Ok(s.shown.to_string());
         }
         if let Some(f) = n.strip_prefix("func.") {
             let f = Func::ALL
@@ -200,6 +212,15 @@ impl UnionFs {
             let closed = self.invalidate_nodes();
             return Ok(format!("{closed} node descriptors closed"));
         }
+        if let Some(s) = find_ignored(key) {
+            if !s.runtime {
+                return Err(CtlError::new(
+                    libc::EROFS,
+                    format!("read-only option '{key}' (fixed when the daemon starts)"),
+                ));
+            }
+            return Ok(format!("ignored: {}", s.why));
+        }
         if !n.starts_with("func.") {
             let k = find(key).ok_or_else(|| unknown(key))?;
             if !k.settable {
@@ -210,10 +231,7 @@ impl UnionFs {
             }
         }
         self.update_options(|opts| {
-            let mut s = Settings {
-                opts: opts.clone(),
-                ..Default::default()
-            };
+            let mut s = Settings::over(opts.clone());
             s.apply(&n, value).map_err(|e| match e {
                 OptionError::Unknown(_) => unknown(key),
                 e => CtlError::new(libc::EINVAL, format!("invalid value: {e}")),
@@ -238,10 +256,7 @@ impl UnionFs {
 /// changes nothing. Returns what changed.
 pub fn reload(fs: &UnionFs, file: &str, text: &str) -> Result<String, CtlError> {
     let before = fs.options();
-    let mut s = Settings {
-        opts: before.clone(),
-        ..Default::default()
-    };
+    let mut s = Settings::over(before.clone());
     s.apply_file(file, text)
         .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
     let fixed: Vec<&str> = KEYS
@@ -301,6 +316,47 @@ mod tests {
             normal("user.mergerfs.cache.negative_entry"),
             "cache.negative-entry"
         );
+    }
+
+    #[test]
+    fn ctl_keys_and_option_names_are_the_same() {
+        let keys: Vec<String> = keys().iter().map(|k| normal(k)).collect();
+        let defaults = UnionOptions::default();
+        // Every key ctl lists is accepted by -o and config files (virtiofsd's switches that
+        // ctl shows, posix_acl and the like, bare).
+        let applied = |k: &str| {
+            super::super::registry::OPTIONS
+                .iter()
+                .any(|o| normal(o.name) == k)
+        };
+        for k in &keys {
+            let v = match find(k) {
+                Some(key) if applied(k) => (key.show)(&defaults),
+                None if k.starts_with("func.") => "ff".into(),
+                None if k == "branches" || k == "srcmounts" => "/tmp".into(),
+                _ => String::new(),
+            };
+            Settings::default()
+                .apply(k, &v)
+                .unwrap_or_else(|e| panic!("ctl key {k}={v} refused by -o: {e}"));
+        }
+        // Every mergerfs-style name the registry knows is a ctl key (virtiofsd's switches and
+        // the generic mount options are not mergerfs keys).
+        let registry = super::super::registry::OPTIONS
+            .iter()
+            .map(|o| o.name)
+            .filter(|n| *n != "no-xattr")
+            .chain(
+                IGNORED
+                    .iter()
+                    .filter(|s| s.origin == Origin::Mergerfs)
+                    .map(|s| s.name),
+            )
+            .map(normal)
+            .chain(Func::ALL.iter().map(|f| format!("func.{}", f.name())));
+        for n in registry {
+            assert!(keys.contains(&n), "option {n} is not a ctl key");
+        }
     }
 
     #[test]
