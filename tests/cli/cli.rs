@@ -472,17 +472,27 @@ fn bad_socket_paths_exit_2_and_leave_the_directory_as_it_was() {
     let as_root = rustix::process::geteuid().is_root();
     for (sock, needle) in &cases {
         let before = (listing(d.path()), listing(&run_dir));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"));
+        // Root may write anywhere: the read-only directory refuses an ordinary user. setpriv,
+        // as the other tests run a daemon unprivileged (it reaches a binary under a 0700
+        // home, as cargo's target directory may be, where a plain setuid before exec does not).
+        let mut cmd = if as_root && sock.starts_with(p("ro")) {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                testkit::users::NAME,
+                "--regid",
+                testkit::users::NAME,
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_union-virtiofsd"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_union-virtiofsd"))
+        };
         cmd.arg("--socket-path")
             .arg(sock)
             .arg("--branch")
             .arg(&branch);
-        if as_root && sock.starts_with(p("ro")) {
-            // Root may write anywhere: the directory refuses an ordinary user.
-            use std::os::unix::process::CommandExt;
-            let user = testkit::users::uvfs_test();
-            cmd.uid(user.uid).gid(user.gid);
-        }
         let out = cmd.output().unwrap();
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(out.status.code(), Some(2), "{sock:?}: {err}");
