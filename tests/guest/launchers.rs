@@ -379,7 +379,8 @@ fn probes_pid_file_and_socket_group() {
         })
         .unwrap();
     assert_eq!((m.gid(), m.permissions().mode() & 0o777), (kvm, 0o660));
-    // A second daemon on the same socket path finds the pid file locked: exit 1, one line.
+    // A second daemon on the same socket path finds the pid file locked: exit 2 (bad input),
+    // one line naming the daemon that serves there.
     let second = Command::new(&bin)
         .args(["--socket-path"])
         .arg(&sock)
@@ -387,8 +388,13 @@ fn probes_pid_file_and_socket_group() {
         .arg(d.path())
         .output()
         .unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&second.stderr).contains("pid file"));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("another daemon (pid {})", child.id())),
+        "{err}"
+    );
     assert!(sock.exists(), "the first daemon's socket is left alone");
     signal::sigterm(&child);
     assert_eq!(child.wait().unwrap().code(), Some(0));
