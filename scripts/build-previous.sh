@@ -8,8 +8,8 @@
 #
 # The commit's tree comes from `git archive` into the cache (no worktree, nothing written to the
 # clone) and is built there with its own Cargo.lock (--locked) and a target directory of its
-# own; only the binary and its key are kept. A clone without the commit (a shallow one) fails
-# with one line saying so.
+# own; only the binary and its key are kept. A shallow clone fetches the commit from its origin
+# first; a clone that still lacks it fails with one line saying so.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -32,6 +32,13 @@ if cache_fresh "$out" "$key"; then
     exit 0
 fi
 
+if ! git -C "$UVFS_ROOT" cat-file -e "$commit^{commit}" 2>/dev/null &&
+    [ "$(git -C "$UVFS_ROOT" rev-parse --is-shallow-repository)" = true ]; then
+    # A shallow clone: its origin has the history.
+    log "fetching $commit into this shallow clone"
+    git -C "$UVFS_ROOT" fetch --quiet origin "$commit" >&2 ||
+        git -C "$UVFS_ROOT" fetch --quiet --unshallow origin >&2 || true
+fi
 git -C "$UVFS_ROOT" cat-file -e "$commit^{commit}" 2>/dev/null ||
     die "commit $commit (.ci/previous-release) is not in this clone (shallow?): git fetch --unshallow"
 rm -rf "$dir/src"
