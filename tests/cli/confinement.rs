@@ -234,15 +234,17 @@ fn the_chroot_sandbox_roots_the_daemon_in_its_own_descriptors_and_serves() {
         let name = e.unwrap().file_name().into_string().unwrap();
         assert!(name.bytes().all(|c| c.is_ascii_digit()), "{name}");
     }
+    // It serves through its descriptors: lookup, create, write, truncate (a path-only call
+    // through /N), read back.
+    let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
+    dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
+    // Read once INIT is answered: the daemon drops its capabilities after the chroot and
+    // before it serves, so between the two the bounding set still held CAP_SYS_CHROOT.
     assert_eq!(
         mask(pid, "CapBnd") & bit(18),
         0,
         "no CAP_SYS_CHROOT to chroot again"
     );
-    // It serves through its descriptors: lookup, create, write, truncate (a path-only call
-    // through /N), read back.
-    let mut dev = Device::connect(&sock, &ConnectOptions::default()).unwrap();
-    dev.init(ops::DEFAULT_INIT_FLAGS).unwrap();
     // Serving, so confined: no CAP_SYS_CHROOT left to chroot again.
     assert_eq!(mask(pid, "CapBnd") & bit(18), 0);
     let low = dev.lookup(ops::ROOT_ID, b"low").unwrap();
