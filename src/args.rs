@@ -407,8 +407,8 @@ pub struct Args {
     #[arg(long)]
     pub syslog: bool,
 
-    /// Set the open-file limit to N (0 leaves it unchanged; default: raise the soft limit to
-    /// the hard one).
+    /// Set the open-file limit (soft and hard) to N (0 leaves it unchanged; default:
+    /// min(1,000,000, fs.nr_open), or the hard limit where it may not be raised).
     #[arg(long, value_name = "N")]
     pub rlimit_nofile: Option<u64>,
 

@@ -1,6 +1,7 @@
 //! The man page and shell completions, generated from the clap definitions (so they never
 //! drift from `--help`), and the subcommands that print them (`union-virtiofsd man`,
-//! `union-virtiofsd completions SHELL`: what packages install). Never exits by itself.
+//! `union-virtiofsd completions SHELL`: what packages install); the book's generated option
+//! reference (`reference`) and the checks of the book's links (tests). Never exits by itself.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -9,6 +10,11 @@ use clap::{CommandFactory, Parser};
 use clap_complete::Shell;
 
 use crate::args::{Args, DocsArgs};
+
+pub mod reference;
+
+#[cfg(test)]
+mod links;
 
 /// Whether `argv` (the whole command line) asks for `man` or `completions`.
 pub fn wanted(argv: &[OsString]) -> bool {
@@ -57,7 +63,7 @@ fn command() -> clap::Command {
     Args::command().after_help(crate::config::registry::help_text())
 }
 
-/// The man page's EXIT STATUS section (roff), after OPTIONS (README, "Command-line options").
+/// The man page's EXIT STATUS section (roff), after OPTIONS (the book's Configuration page).
 const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
 .TP
 0

@@ -141,7 +141,7 @@ pub struct Config {
     pub fs: FsConfig,
     /// What the confinement flags ask for.
     pub confinement: Confinement,
-    /// `--rlimit-nofile` (None: raise the soft limit to the hard one; 0: leave it).
+    /// `--rlimit-nofile` (None: min(1,000,000, fs.nr_open), see `sys::limits`; 0: leave it).
     pub rlimit_nofile: Option<u64>,
     /// One line each for settings that are accepted but not (fully) honoured, logged at start.
     pub notes: Vec<String>,

@@ -118,6 +118,12 @@ fn find(key: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name.replace('_', "-") == n)
 }
 
+/// Whether `key` (an applied option, in either spelling) may be changed with `ctl set` while
+/// the guest runs; `None` when it is no `ctl` key of that table (the option reference says so).
+pub fn settable(key: &str) -> Option<bool> {
+    find(key).map(|k| k.settable)
+}
+
 /// mergerfs's keys that are accepted and ignored (`ignored.rs`): listed, shown, and set
 /// (to no effect) where mergerfs lets them change at run time.
 fn find_ignored(key: &str) -> Option<&'static IgnoredSpec> {
