@@ -83,7 +83,7 @@ pub struct Settings {
 pub struct OptionSpec {
     /// The mergerfs name.
     pub name: &'static str,
-    /// The accepted values and meaning, for `--help` and README.
+    /// The accepted values and meaning, for `--help` and the book's option reference.
     pub help: &'static str,
     set: Setter,
 }
@@ -121,7 +121,7 @@ macro_rules! choice {
     };
 }
 
-/// Every option, in README order.
+/// Every option, in the option reference's order.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE]] list (config files)", set: |s, v| {
         s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;

@@ -83,7 +83,9 @@ fn strip_link_targets(s: &str) -> String {
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find("](") {
-        let Some(end) = rest[i..].find(')') else { break };
+        let Some(end) = rest[i..].find(')') else {
+            break;
+        };
         out.push_str(&rest[..i].replace('[', ""));
         rest = &rest[i + end + 1..];
     }
@@ -166,7 +168,11 @@ fn check(page: &Path, target: &str, inside: &Path) -> Option<String> {
         clean(&page.parent().unwrap().join(path))
     };
     if !file.starts_with(inside) {
-        return Some(format!("{} is outside {}", file.display(), inside.display()));
+        return Some(format!(
+            "{} is outside {}",
+            file.display(),
+            inside.display()
+        ));
     }
     if !file.exists() {
         return Some(format!("{} does not exist", file.display()));
@@ -178,7 +184,8 @@ fn check(page: &Path, target: &str, inside: &Path) -> Option<String> {
         return Some("an anchor into a file that is not a page".to_owned());
     }
     let ids = heading_ids(&std::fs::read_to_string(&file).unwrap());
-    (!ids.contains(anchor)).then(|| format!("no heading of {} has the id #{anchor}", file.display()))
+    (!ids.contains(anchor))
+        .then(|| format!("no heading of {} has the id #{anchor}", file.display()))
 }
 
 #[test]
@@ -191,7 +198,11 @@ fn every_link_of_the_book_and_the_readme_resolves() {
     let mut broken = Vec::new();
     let mut count = 0;
     for page in &files {
-        let inside = if page.starts_with(&book) { &book } else { &root };
+        let inside = if page.starts_with(&book) {
+            &book
+        } else {
+            &root
+        };
         let text = std::fs::read_to_string(page).unwrap();
         for (n, line) in prose(&text).iter().enumerate() {
             for t in targets(line) {
@@ -240,11 +251,23 @@ fn every_policy_is_on_the_policies_page() {
 
 #[test]
 fn heading_ids_are_mdbooks() {
-    assert_eq!(heading_id("Union options (`-o`, `--config`, `ctl`)"), "union-options--o---config-ctl");
-    assert_eq!(heading_id("virtiofsd's legacy `-o` keys"), "virtiofsds-legacy--o-keys");
-    assert_eq!(heading_id("Request size (max_pages)"), "request-size-max_pages");
+    assert_eq!(
+        heading_id("Union options (`-o`, `--config`, `ctl`)"),
+        "union-options--o---config-ctl"
+    );
+    assert_eq!(
+        heading_id("virtiofsd's legacy `-o` keys"),
+        "virtiofsds-legacy--o-keys"
+    );
+    assert_eq!(
+        heading_id("Request size (max_pages)"),
+        "request-size-max_pages"
+    );
     assert_eq!(heading_id("[Memory](x.md) use"), "memory-use");
     let ids = heading_ids("# A\n## A\n```\n# B\n```\n");
     assert_eq!(ids, HashSet::from(["a".to_owned(), "a-1".to_owned()]));
-    assert_eq!(targets("see [a](b.md#c) and ![i](p.png \"t\")"), ["b.md#c", "p.png"]);
+    assert_eq!(
+        targets("see [a](b.md#c) and ![i](p.png \"t\")"),
+        ["b.md#c", "p.png"]
+    );
 }

@@ -79,7 +79,12 @@ pub fn options_page() -> String {
         let _ = writeln!(out, "| `{}` | {from} | {} |", cell(s.name), cell(s.why));
     }
     for (prefix, why) in IGNORED_PREFIXES {
-        let _ = writeln!(out, "| `{}*` | mount option | {} |", cell(prefix), cell(why));
+        let _ = writeln!(
+            out,
+            "| `{}*` | mount option | {} |",
+            cell(prefix),
+            cell(why)
+        );
     }
 
     let mut ctl = CtlArgs::command();
@@ -202,7 +207,11 @@ fn possible_values(a: &Arg) -> String {
         .iter()
         .filter(|p| !p.is_hide_set())
         .map(|p| match p.get_help() {
-            Some(h) => format!("`{}` ({})", p.get_name(), text(Some(h)).trim_end_matches('.')),
+            Some(h) => format!(
+                "`{}` ({})",
+                p.get_name(),
+                text(Some(h)).trim_end_matches('.')
+            ),
             None => format!("`{}`", p.get_name()),
         })
         .collect::<Vec<_>>()
