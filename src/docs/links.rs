@@ -30,11 +30,14 @@ fn prose(text: &str) -> Vec<String> {
     let mut fenced = false;
     let mut out = Vec::new();
     for line in text.lines() {
+        // Empty lines in their place, so that a line's index is its number in the file.
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
+            out.push(String::new());
             continue;
         }
         if fenced {
+            out.push(String::new());
             continue;
         }
         let mut kept = String::new();
