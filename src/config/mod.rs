@@ -285,6 +285,7 @@ impl TryFrom<Args> for Config {
                 num_request_queues,
                 tag: args.tag.clone(),
                 socket_group,
+                ctl_socket: args.ctl_socket.clone().or(settings.ctl_socket.clone()),
                 allow_mmap: args.allow_mmap,
                 migration,
                 release_guest_memory: args.release_guest_memory,
@@ -512,27 +513,36 @@ fn union_settings(args: &Args) -> Result<Settings, ConfigError> {
 }
 
 /// Expands glob patterns in branch paths (sorted, directories only), as mergerfs does at start.
-fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
+pub fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
     let mut out = Vec::with_capacity(branches.len());
     for b in branches {
         let text = b.path.to_string_lossy();
-        if !text.contains(['*', '?', '[']) {
+        if !is_glob(&text) {
             out.push(b);
             continue;
         }
-        let bad = || ConfigError::Glob(text.to_string());
-        let mut paths: Vec<_> = glob::glob(&text)
-            .map_err(|_| bad())?
-            .filter_map(Result::ok)
-            .filter(|p| p.is_dir())
-            .collect();
-        if paths.is_empty() {
-            return Err(bad());
-        }
-        paths.sort();
+        let paths = glob_directories(&text).ok_or_else(|| ConfigError::Glob(text.to_string()))?;
         out.extend(paths.into_iter().map(|path| Branch { path, ..b.clone() }));
     }
     Ok(out)
+}
+
+/// Whether branch path `text` is a glob pattern (expanded by [`glob_directories`]).
+pub fn is_glob(text: &str) -> bool {
+    text.contains(['*', '?', '['])
+}
+
+/// The directories glob `pattern` matches, sorted; what is not a directory (a regular file
+/// beside the disks) is skipped, as mergerfs does. `None` for a bad pattern or no directory.
+/// The one expansion for branches at start, in a `--config` re-read and in `ctl`.
+pub fn glob_directories(pattern: &str) -> Option<Vec<std::path::PathBuf>> {
+    let mut paths: Vec<_> = glob::glob(pattern)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|p| p.is_dir())
+        .collect();
+    paths.sort();
+    (!paths.is_empty()).then_some(paths)
 }
 
 /// `--migration-*`, with virtiofsd's meaning (`handles_allowed` is left for the caller, who

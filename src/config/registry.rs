@@ -73,6 +73,9 @@ pub struct Settings {
     pub virtiofsd: super::virtiofsd::Legacy,
     /// `ro` / `rw`, the generic mount flags: the whole share read-only (as `--readonly`).
     pub readonly: Option<bool>,
+    /// `ctl-socket=PATH`: the control socket's path (as `--ctl-socket`, which wins), so that
+    /// a launcher that passes only its own arguments (libvirt) can still ask for one.
+    pub ctl_socket: Option<std::path::PathBuf>,
     /// One line per ignored option named (`NAME: why`), each once, for the start's log.
     pub notes: Vec<String>,
     /// How many `config=` files are being read (inside one another).
@@ -333,6 +336,13 @@ impl Settings {
             }
             "ro" | "rw" => {
                 self.readonly = Some(name == "ro");
+                return Ok(());
+            }
+            "ctl-socket" if value.trim().is_empty() => {
+                return Err(bad(key, value, Expected("a socket path")))
+            }
+            "ctl-socket" => {
+                self.ctl_socket = Some(value.trim().into());
                 return Ok(());
             }
             _ => {}
