@@ -469,10 +469,11 @@ pub fn help_text() -> String {
         "\nconfig=FILE reads a config file there (key=value or bare key lines, # comments);\n",
     );
     s.push_str(
-        "ro (= --readonly) and rw apply. Every other mergerfs option (readahead, threads,\n",
+        "ro (= --readonly) and rw apply, and ctl-socket=PATH (= --ctl-socket). Every other\n",
     );
-    s.push_str("func.readdir, …) and generic mount option (allow_other, noatime, defaults, x-…)\n");
-    s.push_str("is accepted and ignored, with one warning per start saying why.\n");
+    s.push_str("mergerfs option (readahead, threads, func.readdir, …) and generic mount option\n");
+    s.push_str("(allow_other, noatime, defaults, x-…) is accepted and ignored, with one warning\n");
+    s.push_str("per start saying why.\n");
     s
 }
 
