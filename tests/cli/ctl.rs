@@ -480,7 +480,9 @@ fn sighup_changes_branches_in_the_namespace_sandbox() {
     std::fs::write(&conf, format!("branches={}:{}\n", c("c1"), c("c2"))).unwrap();
     let d = Daemon::start(&["a"], &["--config", conf.to_str().unwrap()]);
     let _ = ctl_path(&d);
-    assert!(d.log().contains("sandbox: new mount"), "{}", d.log());
+    // The socket is there before the sandbox; the serving child logs this inside it.
+    d.wait_for_log("sandbox: new mount");
+    ctl_ok(&d, &["get", "pid"]);
     let hup = |text: String| {
         std::fs::write(&conf, text).unwrap();
         let pid = rustix::process::Pid::from_raw(d.proc.pid() as i32).unwrap();
