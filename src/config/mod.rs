@@ -573,7 +573,7 @@ mod tests {
     use crate::fs::options::XattrMode;
     use crate::union::BranchMode;
     use clap::Parser;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     fn parse(argv: &[&str]) -> Result<Config, ConfigError> {
@@ -607,6 +607,57 @@ mod tests {
             XattrMode::Passthrough,
             "path-queries implies xattrs"
         );
+    }
+
+    #[test]
+    fn the_control_socket_is_beside_the_socket_unless_named() {
+        let base = ["--socket-path=/run/s", "--shared-dir=/srv"];
+        let c = parse(&base).unwrap();
+        assert_eq!(c.daemon.ctl_path(), Some("/run/s.ctl".into()));
+        assert_eq!(c.daemon.explicit_ctl_socket(), None);
+        let c = parse(&[&base[..], &["-o", "ctl-socket=/run/c"]].concat()).unwrap();
+        assert_eq!(c.daemon.ctl_path(), Some("/run/c".into()));
+        assert_eq!(c.daemon.explicit_ctl_socket(), Some(Path::new("/run/c")));
+        let both = [
+            &base[..],
+            &["-o", "ctl-socket=/run/c", "--ctl-socket=/run/d"],
+        ]
+        .concat();
+        assert_eq!(
+            parse(&both).unwrap().daemon.ctl_path(),
+            Some("/run/d".into())
+        );
+        // Naming the default is no file of its own.
+        let c = parse(&[&base[..], &["--ctl-socket=/run/s.ctl"]].concat()).unwrap();
+        assert_eq!(c.daemon.explicit_ctl_socket(), None);
+        assert!(parse(&[&base[..], &["-o", "ctl-socket="]].concat()).is_err());
+        // Its own vhost socket is refused before anything is made.
+        let c = parse(&[&base[..], &["--ctl-socket=/run/s"]].concat()).unwrap();
+        let e = crate::vhost::check_listen(&c.daemon).unwrap_err();
+        assert!(e.is_bad_input());
+        assert_eq!(
+            e.to_string(),
+            "--ctl-socket /run/s: the daemon's own vhost-user socket is there"
+        );
+    }
+
+    #[test]
+    fn a_glob_skips_files_and_sorts() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["d2", "d1"] {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+        }
+        std::fs::write(d.path().join("d3"), "").unwrap();
+        let pattern = format!("{}/d*", d.path().display());
+        assert_eq!(
+            glob_directories(&pattern).unwrap(),
+            [d.path().join("d1"), d.path().join("d2")]
+        );
+        assert_eq!(
+            glob_directories(&format!("{}/d3*", d.path().display())),
+            None
+        );
+        assert_eq!(glob_directories("/no/such/[dir"), None);
     }
 
     #[test]
