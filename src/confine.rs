@@ -122,7 +122,7 @@ pub fn supervise(child: libc::pid_t, reload: Option<&Forwarder>) -> std::io::Res
     let on_hup = reload.map(|f| move || f.forward());
     Ok(sandbox::supervise(
         child,
-        on_hup.as_ref().map(|f| f as &dyn Fn()),
+        on_hup.as_ref().map(|f| f as &dyn Fn() -> bool),
     ))
 }
 

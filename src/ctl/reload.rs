@@ -79,6 +79,7 @@ impl Reload {
         Ok(Some(Forwarder {
             stream: theirs,
             path: f.path.clone(),
+            broken: Default::default(),
         }))
     }
 
@@ -170,7 +171,13 @@ pub const FORWARDER_ENV: &str = "UNION_VIRTIOFSD_SUPERVISE_RELOAD";
 pub struct Forwarder {
     stream: UnixStream,
     path: PathBuf,
+    /// The channel broke (a child that does not read): SIGHUP goes to the child again.
+    broken: std::cell::Cell<bool>,
 }
+
+/// How long the supervisor may wait for the child to take a re-read: the same loop forwards
+/// SIGTERM, which must not wait behind a child that stopped reading.
+const SEND_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Forwarder {
     /// For [`crate::sys::sandbox::exec_supervisor`]: the environment entry that hands this
@@ -191,12 +198,35 @@ impl Forwarder {
         let fd: i32 = std::str::from_utf8(&bytes[..space]).ok()?.parse().ok()?;
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes[space + 1..]));
         let stream = crate::sys::fd::adopt_stream(fd).ok()?;
-        Some(Forwarder { stream, path })
+        Some(Forwarder {
+            stream,
+            path,
+            broken: Default::default(),
+        })
     }
 
     /// On SIGHUP: reads the file, finds its branches and opens them, and sends the lot (or
-    /// why not) to the child, which applies and logs it. A child that is gone is no error.
-    pub fn forward(&self) {
+    /// why not) to the child, which applies and logs it. `false` if the channel is broken
+    /// (the child took nothing within [`SEND_PATIENCE`]): the caller then sends the child
+    /// SIGHUP, and it re-reads the file itself (adding no branch it cannot see).
+    pub fn forward(&self) -> bool {
+        if self.broken.get() {
+            return false;
+        }
+        let sent = self
+            .stream
+            .set_write_timeout(Some(SEND_PATIENCE))
+            .and_then(|()| self.send());
+        if sent.is_err() {
+            // A frame may be half sent: the child must not read on from the middle of it.
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            self.broken.set(true);
+        }
+        true
+    }
+
+    /// Reads, prepares and sends one re-read.
+    fn send(&self) -> std::io::Result<()> {
         let shown = self.path.display().to_string();
         let (text, host) = match std::fs::read_to_string(&self.path) {
             Ok(t) => {
@@ -229,14 +259,18 @@ impl Forwarder {
             payload.push(0);
             payload.extend_from_slice(tail.as_bytes());
         }
-        let Ok(bytes) = super::proto::frame(&payload) else {
-            let short = format!("{shown}\0\0err\0{shown}: too long to re-read");
-            let _ = super::proto::frame(short.as_bytes())
-                .map(|b| crate::sys::uds::send_with_fds(&self.stream, &b, &[]));
-            return;
+        let (bytes, dirs) = match super::proto::frame(&payload) {
+            Ok(b) => (b, dirs),
+            Err(e) => {
+                let short = format!("{shown}\0\0err\0{shown}: {e}");
+                (
+                    super::proto::frame(short.as_bytes()).map_err(std::io::Error::other)?,
+                    Vec::new(),
+                )
+            }
         };
         let fds: Vec<_> = dirs.iter().map(|d| d.as_fd()).collect();
-        let _ = crate::sys::uds::send_with_fds(&self.stream, &bytes, &fds);
+        crate::sys::uds::send_with_fds(&self.stream, &bytes, &fds)
     }
 }
 

@@ -173,9 +173,10 @@ pub fn exec_supervisor(child: libc::pid_t, env: &[(&str, std::ffi::OsString)]) -
 
 /// In the parent: forwards SIGTERM/SIGINT to `child` until it exits; returns its exit code
 /// (128 + signal if it was killed). SIGHUP (re-read `--config`) goes to `on_hup` if given
-/// (which reads the file where the host's paths are seen), else to the child.
+/// (which reads the file where the host's paths are seen; `false`: it could not, and the
+/// child gets SIGHUP), else to the child.
 /// Single-threaded: SIGCHLD wakes it when the child is gone.
-pub fn supervise(child: libc::pid_t, on_hup: Option<&dyn Fn()>) -> i32 {
+pub fn supervise(child: libc::pid_t, on_hup: Option<&dyn Fn() -> bool>) -> i32 {
     use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
     let reap = || {
         let mut status = 0;
@@ -204,8 +205,8 @@ pub fn supervise(child: libc::pid_t, on_hup: Option<&dyn Fn()>) -> i32 {
             if let Some(code) = reap() {
                 return code;
             }
-        } else if let (SIGHUP, Some(f)) = (sig, on_hup) {
-            f();
+        } else if sig == SIGHUP && on_hup.is_some_and(|f| f()) {
+            // Handled where the host's paths are seen.
         } else {
             // SAFETY: kill with plain integers.
             unsafe { libc::kill(child, sig) };
