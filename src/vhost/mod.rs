@@ -313,6 +313,7 @@ impl Bound {
             let (ctl, ctl_staged) =
                 match crate::sys::files::bind_staged(&ctl, 0o600, cfg.socket_group) {
                     Ok((listener, staged)) => {
+                        info!("control socket: {}", ctl.display());
                         let group = cfg.socket_group;
                         (Some(ControlSocket { listener, group }), Some(staged))
                     }
@@ -395,11 +396,6 @@ impl Bound {
     /// `--ctl-socket`, when it is a file of its own (not `<socket>.ctl`).
     pub fn own_ctl(&self) -> Option<&std::path::Path> {
         self.sockets.own_ctl.as_deref()
-    }
-
-    /// The control socket the daemon serves, if any (for the start's log).
-    pub fn ctl_listening(&self) -> Option<PathBuf> {
-        self.sockets.ctl.as_ref().and_then(|_| self.cfg.ctl_path())
     }
 
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
