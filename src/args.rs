@@ -199,6 +199,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub fd: Option<RawFd>,
 
+    /// The control socket `union-virtiofsd ctl` reaches (default `<socket-path>.ctl`; with
+    /// `--fd`, none unless given here or as `ctl-socket=PATH` in `-o` or `--config`).
+    #[arg(long, value_name = "PATH")]
+    pub ctl_socket: Option<PathBuf>,
+
     /// A branch `PATH[=RW|RO|NC]` (default RW); repeatable, appended after --branches.
     #[arg(long = "branch", value_name = "PATH[=MODE]")]
     pub branch: Vec<Branch>,
@@ -567,8 +572,12 @@ impl std::str::FromStr for Translate {
 )]
 pub struct CtlArgs {
     /// The daemon's vhost-user socket (`.ctl` is appended) or its control socket `<PATH>.ctl`.
-    #[arg(long, value_name = "PATH")]
-    pub socket: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "ctl_socket")]
+    pub socket: Option<PathBuf>,
+
+    /// The daemon's control socket as its `--ctl-socket` named it (any name).
+    #[arg(long, value_name = "PATH", conflicts_with = "socket")]
+    pub ctl_socket: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]

@@ -73,6 +73,9 @@ pub struct Settings {
     pub virtiofsd: super::virtiofsd::Legacy,
     /// `ro` / `rw`, the generic mount flags: the whole share read-only (as `--readonly`).
     pub readonly: Option<bool>,
+    /// `ctl-socket=PATH`: the control socket's path (as `--ctl-socket`, which wins), so that
+    /// a launcher that passes only its own arguments (libvirt) can still ask for one.
+    pub ctl_socket: Option<std::path::PathBuf>,
     /// One line per ignored option named (`NAME: why`), each once, for the start's log.
     pub notes: Vec<String>,
     /// How many `config=` files are being read (inside one another).
@@ -335,6 +338,13 @@ impl Settings {
                 self.readonly = Some(name == "ro");
                 return Ok(());
             }
+            "ctl-socket" if value.trim().is_empty() => {
+                return Err(bad(key, value, Expected("a socket path")))
+            }
+            "ctl-socket" => {
+                self.ctl_socket = Some(value.trim().into());
+                return Ok(());
+            }
             _ => {}
         }
         let Some(spec) = OPTIONS.iter().find(|o| normalize(o.name) == name) else {
@@ -459,10 +469,11 @@ pub fn help_text() -> String {
         "\nconfig=FILE reads a config file there (key=value or bare key lines, # comments);\n",
     );
     s.push_str(
-        "ro (= --readonly) and rw apply. Every other mergerfs option (readahead, threads,\n",
+        "ro (= --readonly) and rw apply, and ctl-socket=PATH (= --ctl-socket). Every other\n",
     );
-    s.push_str("func.readdir, …) and generic mount option (allow_other, noatime, defaults, x-…)\n");
-    s.push_str("is accepted and ignored, with one warning per start saying why.\n");
+    s.push_str("mergerfs option (readahead, threads, func.readdir, …) and generic mount option\n");
+    s.push_str("(allow_other, noatime, defaults, x-…) is accepted and ignored, with one warning\n");
+    s.push_str("per start saying why.\n");
     s
 }
 
