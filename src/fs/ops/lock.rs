@@ -176,6 +176,7 @@ fn owner_fd<'a>(
             .or_else(|_| beneath::reopen(f.fd.as_fd(), f.flags & OFlags::RWMODE))?;
         g.fds.insert((inode, owner), opened);
     }
+    g.state.note_handle(inode, owner, fh);
     Ok(&g.fds[&(inode, owner)])
 }
 
@@ -467,11 +468,38 @@ pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
     fs.locks.wake_sleepers(&g);
 }
 
-/// RELEASE of handle `fh` (after its descriptor was closed): its flock lock is gone.
+/// RELEASE of handle `fh` (after it left the handle table): the guest closed the last
+/// descriptor of that open file description. Its flock lock is gone, and so is every lock
+/// owner whose requests came through it since its last FLUSH: the description's own OFD
+/// locks, whose owner is the description and which nothing else ends, since the guest's
+/// kernel keeps no record of a lock it passed to the daemon and so sends no unlock for it on
+/// close (see [`LockState::release_handle`]). When no open handle of the node is left, no
+/// guest lock on it can be either (each needs an open description), so every owner left on
+/// the node goes too: those a session image brought carry no handle.
 pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
     let mut g = fs.locks.lock();
+    let mut changed = false;
     if g.state.flock_held(inode, fh).is_some() {
         g.state.flock_set(inode, fh, None, 0);
+        changed = true;
+    }
+    let mut gone = g.state.release_handle(inode, fh);
+    let mut rest = g.state.owners_of(inode);
+    rest.extend(g.fds.keys().filter(|(n, _)| *n == inode).map(|(_, o)| *o));
+    rest.retain(|o| !gone.contains(o));
+    if !rest.is_empty() && !fs.handles.any_file_of(inode) {
+        for o in rest {
+            g.state.drop_posix_owner(inode, o);
+            gone.push(o);
+        }
+    }
+    for o in &gone {
+        changed |= g.fds.remove(&(inode, *o)).is_some();
+    }
+    if !gone.is_empty() {
+        log::debug!("RELEASE node {inode} fh {fh}: owners {gone:x?} end");
+    }
+    if changed || !gone.is_empty() {
         fs.locks.wake_sleepers(&g);
     }
 }
@@ -560,8 +588,10 @@ impl Locks {
                 .into_iter()
                 .map(|(n, fh, k, p)| Retake::Flock(n, fh, k, p)),
         );
+        let via = g.state.handles_noted();
         g.state.clear();
         let lost = take_all(fs, &mut g, todo);
+        g.state.restore_handles(via);
         for e in &lost {
             log::error!("a guest lock is lost: {e}");
         }
