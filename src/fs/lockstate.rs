@@ -241,6 +241,7 @@ impl LockState {
 
     /// The first lock of another owner than `owner` on `node` that conflicts with `kind` on
     /// `span`, with its owner.
+    #[cfg(test)]
     pub fn posix_conflict(
         &self,
         node: u64,
@@ -249,6 +250,18 @@ impl LockState {
         kind: Shared,
     ) -> Option<(u64, Held)> {
         self.posix_conflicts(node, owner, span, kind).next()
+    }
+
+    /// A lock of another owner than `owner` on `node` of exactly `span` and `kind` (the one
+    /// the host reported as conflicting, when it is the guest's).
+    pub fn posix_holder(&self, node: u64, owner: u64, span: Span, kind: Shared) -> Option<Held> {
+        self.posix
+            .get(&node)?
+            .iter()
+            .filter(|(o, _)| **o != owner)
+            .flat_map(|(_, locks)| locks.iter())
+            .find(|h| h.span == span && h.kind == kind)
+            .copied()
     }
 
     /// The owners other than `owner` whose locks on `node` conflict with `kind` on `span`,

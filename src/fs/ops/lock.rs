@@ -196,31 +196,27 @@ pub fn getlk(fs: &UnionFs, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io:
             ..lk
         });
     };
-    // The guest's own holder when there is one (its pid means something to the guest),
-    // else what the host reports.
-    let (held, kind, pid) = match g.state.posix_conflict(inode, owner, sp, want) {
-        Some((_, h)) => (h.span, h.kind, h.pid),
-        None => {
-            let end = if r.len == 0 {
-                u64::MAX
-            } else {
-                r.start + r.len - 1
-            };
-            let k = if k == Kind::Read {
-                Shared::Read
-            } else {
-                Shared::Write
-            };
-            (
-                Span {
-                    start: r.start,
-                    end,
-                },
-                k,
-                0,
-            )
-        }
+    // The host's first conflicting lock, as the host reports it; when it is one of the
+    // guest's (same range and kind for another owner in the table), with that owner's pid,
+    // which means something to the guest; else a lock held outside the guest: pid 0.
+    let end = if r.len == 0 {
+        u64::MAX
+    } else {
+        r.start + r.len - 1
     };
+    let kind = if k == Kind::Read {
+        Shared::Read
+    } else {
+        Shared::Write
+    };
+    let held = Span {
+        start: r.start,
+        end,
+    };
+    let pid = g
+        .state
+        .posix_holder(inode, owner, held, kind)
+        .map_or(0, |h| h.pid);
     Ok(FileLock {
         start: held.start,
         end: fuse_end(held),
