@@ -216,12 +216,7 @@ impl LockState {
             .get(&node)
             .into_iter()
             .flat_map(|m| m.keys().copied())
-            .chain(
-                self.via
-                    .keys()
-                    .filter(|(n, _)| *n == node)
-                    .map(|(_, o)| *o),
-            )
+            .chain(self.via.keys().filter(|(n, _)| *n == node).map(|(_, o)| *o))
             .collect();
         out.sort_unstable();
         out.dedup();
@@ -556,7 +551,11 @@ mod tests {
         let w = s.wait(1, 7, sp(40, 49), Shared::Write);
         assert_eq!(s.release_handle(1, 100), [7, 8]);
         assert!(s.revoked(w), "its wait ends with it");
-        assert!(s.posix_conflict(1, 5, sp(0, 99), Shared::Write).map(|(o, _)| o) == Some(9));
+        assert!(
+            s.posix_conflict(1, 5, sp(0, 99), Shared::Write)
+                .map(|(o, _)| o)
+                == Some(9)
+        );
         assert_eq!(s.owners_of(1), [9]);
         assert!(s.release_handle(2, 101).is_empty(), "another node's handle");
         assert_eq!(s.release_handle(1, 101), [9]);

@@ -231,7 +231,10 @@ echo "=== local"; cat /tmp/local.txt; echo "=== share"; cat /tmp/share.txt; echo
     run.assert_success();
     let section = |from: &str, to: &str| -> Vec<String> {
         let c = &run.console;
-        let a = c.find(from).unwrap_or_else(|| panic!("{}", run.transcript())) + from.len();
+        let a = c
+            .find(from)
+            .unwrap_or_else(|| panic!("{}", run.transcript()))
+            + from.len();
         let b = a + c[a..].find(to).unwrap();
         c[a..b]
             .lines()

@@ -268,25 +268,77 @@ fn release_ends_the_ofd_locks_of_its_description() {
     let (_, fh_b) = open_rw(&mut dev, b"f");
     let (_, fh_c) = open_rw(&mut dev, b"f");
     let (ofd_a, posix, ofd_c) = (0xa0, 0xb0, 0xc0);
-    setlk(&mut dev, node, fh_a, ofd_a, ops::file_lock(0, 9, libc::F_WRLCK)).unwrap();
-    setlk(&mut dev, node, fh_b, posix, ops::file_lock(20, 29, libc::F_WRLCK)).unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh_a,
+        ofd_a,
+        ops::file_lock(0, 9, libc::F_WRLCK),
+    )
+    .unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh_b,
+        posix,
+        ops::file_lock(20, 29, libc::F_WRLCK),
+    )
+    .unwrap();
     // A GETLK alone opens a host description for its owner: it goes with the handle too.
-    let got = getlk(&mut dev, node, fh_c, ofd_c, ops::file_lock(0, 99, libc::F_WRLCK));
+    let got = getlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 99, libc::F_WRLCK),
+    );
     assert_eq!(got.type_ as i32, libc::F_WRLCK);
-    assert!([(0, 9), (20, 29)].contains(&(got.start, got.end)), "{got:?}");
+    assert!(
+        [(0, 9), (20, 29)].contains(&(got.start, got.end)),
+        "{got:?}"
+    );
     assert_eq!(hostlocks::locks_on_file(&host).len(), 2);
     // The process closes the duplicate it had (FLUSH names its owner): its lock goes.
     answer(dev.send(&ops::flush(node, fh_a, posix))).unwrap();
     assert_eq!(
-        setlk(&mut dev, node, fh_c, ofd_c, ops::file_lock(5, 5, libc::F_RDLCK)),
+        setlk(
+            &mut dev,
+            node,
+            fh_c,
+            ofd_c,
+            ops::file_lock(5, 5, libc::F_RDLCK)
+        ),
         Err(libc::EAGAIN)
     );
-    setlk(&mut dev, node, fh_b, posix, ops::file_lock(20, 29, libc::F_WRLCK)).unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh_b,
+        posix,
+        ops::file_lock(20, 29, libc::F_WRLCK),
+    )
+    .unwrap();
     // The last descriptor of description A closes: RELEASE, with no lock owner.
     dev.release(node, fh_a).unwrap();
-    setlk(&mut dev, node, fh_c, ofd_c, ops::file_lock(0, 9, libc::F_WRLCK)).unwrap();
-    let got = getlk(&mut dev, node, fh_c, ofd_c, ops::file_lock(0, 99, libc::F_WRLCK));
-    assert_eq!((got.type_ as i32, got.start, got.end), (libc::F_WRLCK, 20, 29));
+    setlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 9, libc::F_WRLCK),
+    )
+    .unwrap();
+    let got = getlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 99, libc::F_WRLCK),
+    );
+    assert_eq!(
+        (got.type_ as i32, got.start, got.end),
+        (libc::F_WRLCK, 20, 29)
+    );
     let held = hostlocks::locks_on_file(&host);
     assert_eq!(held.len(), 2, "C's and the process's, not A's: {held:?}");
     // Both remaining descriptions close: nothing is left on the host.

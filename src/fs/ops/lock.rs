@@ -2,13 +2,15 @@
 //! host file, so another guest (through another daemon over the same branches) and host
 //! processes see them.
 //!
-//! POSIX record locks belong to a lock owner (a guest process's file table), not to an open
-//! file. Each (node, owner) gets its own open file description on the host, on which the
-//! owner's locks are open-file-description locks (`F_OFD_*`): the same owner never conflicts
-//! with itself, ranges merge and split as POSIX says, and they conflict with every other
-//! owner's, and with host processes' classic POSIX locks. Closing that description (FLUSH or
-//! RELEASE of the owner, DESTROY) releases the owner's locks, as POSIX's close does. flock
-//! locks belong to the open file, so they are `flock(2)` on the handle's own descriptor.
+//! POSIX record locks belong to a lock owner (a guest process's file table; for the guest's
+//! OFD locks, its open file description), not to an open file. Each (node, owner) gets its own
+//! open file description on the host, on which the owner's locks are open-file-description
+//! locks (`F_OFD_*`): the same owner never conflicts with itself, ranges merge and split as
+//! POSIX says, and they conflict with every other owner's, and with host processes' classic
+//! POSIX locks. Closing that description releases the owner's locks: on the owner's FLUSH (a
+//! process's close, POSIX's rule), on the RELEASE of a handle its requests came through (the
+//! guest's OFD locks, which the guest never unlocks on close), and at DESTROY. flock locks
+//! belong to the open file, so they are `flock(2)` on the handle's own descriptor.
 //!
 //! Every host lock call is non-blocking and made under one mutex together with the update of
 //! [`LockState`], so that table is exactly what the host holds for the guest. A request that
