@@ -3,7 +3,12 @@
 //!
 //! ```text
 //! guest_lockmatrix DIR
+//! guest_lockmatrix ofd-hold FILE PATH
 //! ```
+//!
+//! `ofd-hold` takes an OFD write lock on bytes 0..100 of FILE (F_OFD_SETLKW), closes a dup of
+//! its descriptor, creates PATH, waits until PATH.done exists (at most 60 s), then closes and
+//! exits: a contender outside the guest sees the lock until then, and not after.
 //!
 //! For each combination of lock family (OFD, POSIX) × the holder's lock (read, write) × the
 //! question asked (a write lock over the held bytes, a read lock over them, a write lock on
@@ -223,10 +228,37 @@ fn run(
     format!("lock={locked} | after-event: {during} | after-exit: {after}, setlk={took}")
 }
 
+/// `ofd-hold FILE PATH` (see the module's doc).
+fn ofd_hold(file: &str, path: &str) -> ! {
+    let fd = open(&CString::new(file).unwrap(), libc::O_RDWR);
+    if let Err(e) = fcntl_lock(fd, libc::F_OFD_SETLKW, libc::F_WRLCK, 0, 100) {
+        eprintln!("F_OFD_SETLKW: {}", errname(e));
+        exit_now(1);
+    }
+    // SAFETY: duplicating a descriptor this process owns.
+    let d = unsafe { libc::dup(fd) };
+    assert!(d >= 0);
+    close(d);
+    std::fs::write(path, b"").expect("announce");
+    let done = format!("{path}.done");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::path::Path::new(&done).exists() {
+        if std::time::Instant::now() > deadline {
+            exit_now(9);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    close(fd);
+    exit_now(0)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 4 && args[1] == "ofd-hold" {
+        ofd_hold(&args[2], &args[3]);
+    }
     if args.len() != 2 {
-        eprintln!("usage: guest_lockmatrix DIR");
+        eprintln!("usage: guest_lockmatrix DIR | ofd-hold FILE PATH");
         std::process::exit(2);
     }
     let dir = std::path::Path::new(&args[1]);

@@ -270,3 +270,45 @@ echo "=== local"; cat /tmp/local.txt; echo "=== share"; cat /tmp/share.txt; echo
         "no lock left on the host"
     );
 }
+
+/// Issue 48's leak, seen from the host: a guest's OFD write lock is a lock on the host file
+/// (a host process cannot take the range, the host's /proc/locks lists it) while the guest's
+/// description is open, closing a dup of it changes nothing, and once the guest closed it and
+/// the holder exited, the host process takes the range at once and /proc/locks is empty.
+#[test]
+fn a_guest_ofd_lock_ends_on_the_host_when_its_description_closes() {
+    let t = Tmpfs::new("16M");
+    let path = t.path().join("f");
+    std::fs::write(&path, vec![b'x'; 256]).unwrap();
+    let root = t.path().to_owned();
+    let host = std::thread::spawn(move || {
+        let f = root.join("f");
+        wait_for(&root.join("a-holds"));
+        let during = (
+            hostlocks::try_posix_lock(&f, libc::F_WRLCK, 50, 1),
+            hostlocks::locks_on_file(&f),
+        );
+        std::fs::write(root.join("a-holds.done"), "").unwrap();
+        wait_for(&root.join("closed"));
+        let after = (
+            hostlocks::try_posix_lock(&f, libc::F_WRLCK, 0, 0),
+            hostlocks::locks_on_file(&f),
+        );
+        (during, after)
+    });
+    let scenario = r#"export PATH=/opt/tools/bin:$PATH
+guest_lockmatrix ofd-hold f a-holds || fail "ofd-hold"
+touch closed
+echo "holder closed"
+"#;
+    let run = guest::run_scenario(&backend(t.path()), &guest(), scenario);
+    run.assert_success();
+    let (during, after) = host.join().unwrap();
+    assert_eq!(during.0, Err(libc::EAGAIN), "{}", run.transcript());
+    assert!(
+        during.1.len() == 1 && during.1[0].contains("OFDLCK") && during.1[0].contains("WRITE"),
+        "{:?}",
+        during.1
+    );
+    assert_eq!(after, (Ok(()), Vec::new()), "{}", run.transcript());
+}
