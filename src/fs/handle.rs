@@ -141,6 +141,15 @@ impl HandleTable {
         self.map.writing().clear();
     }
 
+    /// Whether some open file (or lost) handle of `inode` is left.
+    pub fn any_file_of(&self, inode: u64) -> bool {
+        self.map.reading().values().any(|h| match &**h {
+            Handle::File(f) => f.inode == inode,
+            Handle::Lost { inode: i } => *i == inode,
+            _ => false,
+        })
+    }
+
     /// Number of open handles (for tests and leak checks).
     pub fn len(&self) -> usize {
         self.map.reading().len()

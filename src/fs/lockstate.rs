@@ -1,7 +1,7 @@
 //! What the daemon knows of the guest's host-side locks, as plain data: which POSIX byte
 //! ranges each lock owner holds on each node (merged and split as POSIX says, so it equals
-//! what the host keeps on that owner's description), which handles hold flock locks, and
-//! which owners wait for what. From that it answers who blocks a request and whether waiting
+//! what the host keeps on that owner's description), which handles each owner's requests
+//! came through, which handles hold flock locks, and which owners wait for what. From that it answers who blocks a request and whether waiting
 //! would close a cycle (EDEADLK). No system calls here: `ops/lock.rs` keeps it in step with
 //! the host, under one mutex.
 
@@ -72,6 +72,10 @@ pub struct LockState {
     posix: HashMap<u64, HashMap<u64, Vec<Held>>>,
     /// node → handle → its flock lock and the pid that took it.
     flock: HashMap<u64, HashMap<u64, (Shared, u32)>>,
+    /// (node, owner) → the handles its lock requests came through since it last closed the
+    /// file (FLUSH), so that the RELEASE of the last of them can end an owner that never
+    /// flushes: an open file description's own (OFD) locks.
+    via: HashMap<(u64, u64), Vec<u64>>,
     /// Waiting POSIX requests by wait id.
     waits: HashMap<u64, Wait>,
     next_wait: u64,
@@ -173,11 +177,66 @@ impl LockState {
                 w.revoked = true;
             }
         }
+        self.via.remove(&(node, owner));
         self.forget_posix_owner(node, owner)
+    }
+
+    /// Notes that a request of `owner` on `node` came through handle `fh`.
+    pub fn note_handle(&mut self, node: u64, owner: u64, fh: u64) {
+        let hs = self.via.entry((node, owner)).or_default();
+        if !hs.contains(&fh) {
+            hs.push(fh);
+        }
+    }
+
+    /// Handle `fh` of `node` is released (the guest closed the last descriptor of that open
+    /// file description): every owner whose requests came through it since its last FLUSH is
+    /// dropped, as [`LockState::drop_posix_owner`] does. An OFD lock's owner is the
+    /// description itself, which never flushes, so this is where its locks end; a process's
+    /// (POSIX) owner removed the descriptor from its table first, and that close flushed it
+    /// already, so none is left here that should live on. The owners dropped, sorted.
+    pub fn release_handle(&mut self, node: u64, fh: u64) -> Vec<u64> {
+        let mut gone: Vec<u64> = self
+            .via
+            .iter()
+            .filter(|((n, _), hs)| *n == node && hs.contains(&fh))
+            .map(|((_, o), _)| *o)
+            .collect();
+        gone.sort_unstable();
+        for o in &gone {
+            self.drop_posix_owner(node, *o);
+        }
+        gone
+    }
+
+    /// Every owner with a lock, or a request noted, on `node`, sorted.
+    pub fn owners_of(&self, node: u64) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .posix
+            .get(&node)
+            .into_iter()
+            .flat_map(|m| m.keys().copied())
+            .chain(self.via.keys().filter(|(n, _)| *n == node).map(|(_, o)| *o))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The handles each owner's requests came through (kept across [`LockState::clear`] by
+    /// a retake of the same session's locks).
+    pub fn handles_noted(&self) -> HashMap<(u64, u64), Vec<u64>> {
+        self.via.clone()
+    }
+
+    /// Restores what [`LockState::handles_noted`] returned.
+    pub fn restore_handles(&mut self, via: HashMap<(u64, u64), Vec<u64>>) {
+        self.via = via;
     }
 
     /// The first lock of another owner than `owner` on `node` that conflicts with `kind` on
     /// `span`, with its owner.
+    #[cfg(test)]
     pub fn posix_conflict(
         &self,
         node: u64,
@@ -186,6 +245,18 @@ impl LockState {
         kind: Shared,
     ) -> Option<(u64, Held)> {
         self.posix_conflicts(node, owner, span, kind).next()
+    }
+
+    /// A lock of another owner than `owner` on `node` of exactly `span` and `kind` (the one
+    /// the host reported as conflicting, when it is the guest's).
+    pub fn posix_holder(&self, node: u64, owner: u64, span: Span, kind: Shared) -> Option<Held> {
+        self.posix
+            .get(&node)?
+            .iter()
+            .filter(|(o, _)| **o != owner)
+            .flat_map(|(_, locks)| locks.iter())
+            .find(|h| h.span == span && h.kind == kind)
+            .copied()
     }
 
     /// The owners other than `owner` whose locks on `node` conflict with `kind` on `span`,
@@ -344,6 +415,7 @@ impl LockState {
     pub fn clear(&mut self) {
         self.posix.clear();
         self.flock.clear();
+        self.via.clear();
         for w in self.waits.values_mut() {
             w.revoked = true;
         }
@@ -462,6 +534,52 @@ mod tests {
         assert!(s.drop_posix_owner(1, 7));
         assert!(s.revoked(w));
         assert!(!s.would_deadlock(1, 8, sp(0, 0), Shared::Write));
+    }
+
+    #[test]
+    fn releasing_a_handle_ends_the_owners_that_came_through_it() {
+        let mut s = LockState::default();
+        // 7: an OFD owner (the description of handle 100); 8: a process's owner that locked
+        // through handle 100 and later through 101; 9: one on handle 101 only.
+        s.posix_apply(1, 7, sp(0, 9), Some(Shared::Write), 10);
+        s.note_handle(1, 7, 100);
+        s.posix_apply(1, 8, sp(20, 29), Some(Shared::Read), 11);
+        s.note_handle(1, 8, 100);
+        s.note_handle(1, 8, 101);
+        s.posix_apply(1, 9, sp(40, 49), Some(Shared::Read), 12);
+        s.note_handle(1, 9, 101);
+        let w = s.wait(1, 7, sp(40, 49), Shared::Write);
+        assert_eq!(s.release_handle(1, 100), [7, 8]);
+        assert!(s.revoked(w), "its wait ends with it");
+        assert!(
+            s.posix_conflict(1, 5, sp(0, 99), Shared::Write)
+                .map(|(o, _)| o)
+                == Some(9)
+        );
+        assert_eq!(s.owners_of(1), [9]);
+        assert!(s.release_handle(2, 101).is_empty(), "another node's handle");
+        assert_eq!(s.release_handle(1, 101), [9]);
+        assert_eq!(s.count(), 0);
+        assert!(s.owners_of(1).is_empty());
+    }
+
+    #[test]
+    fn a_flush_forgets_the_handles_an_owner_came_through() {
+        let mut s = LockState::default();
+        // A process locks through handle 100, closes another descriptor of the file (FLUSH:
+        // all its locks go), then locks again through handle 101: releasing 100 leaves it.
+        s.posix_apply(1, 8, sp(0, 0), Some(Shared::Write), 11);
+        s.note_handle(1, 8, 100);
+        assert!(s.drop_posix_owner(1, 8));
+        s.posix_apply(1, 8, sp(5, 5), Some(Shared::Write), 11);
+        s.note_handle(1, 8, 101);
+        assert!(s.release_handle(1, 100).is_empty());
+        assert_eq!(s.posix_held(1, 8).len(), 1);
+        // An owner with no lock left (all unlocked, or GETLK only) is still noted, so that
+        // its host description goes with the handle.
+        s.note_handle(1, 12, 100);
+        assert_eq!(s.owners_of(1), [8, 12]);
+        assert_eq!(s.release_handle(1, 100), [12]);
     }
 
     #[test]

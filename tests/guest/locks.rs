@@ -3,7 +3,9 @@
 //! same branch, see each other's flock and fcntl record locks (a non-blocking attempt fails
 //! while the other holds it, F_GETLK reports it, a waiting one succeeds once it lets go), and a
 //! guest and a host process see each other's locks in both directions. The parties
-//! wait for each other through files in the share, always with a deadline.
+//! wait for each other through files in the share, always with a deadline. The lifetime of
+//! OFD and POSIX locks (examples/guest_lockmatrix.rs: clones with and without CLONE_FILES,
+//! dup and close, the holder's exit) is the guest's own tmpfs's, line for line.
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -208,4 +210,105 @@ echo "host lock released, guest got it"
     run.assert_success();
     releaser.join().unwrap();
     assert!(run.console.contains("guest got it"), "{}", run.transcript());
+}
+
+/// Issue 48 (fstests' OFD lock test): who a lock belongs to and when it ends, over the share
+/// exactly as on the guest's own tmpfs, for every combination of OFD/POSIX × read/write lock
+/// × conflicting or not × O_RDONLY/O_RDWR × clone with CLONE_FILES / clone without / dup and
+/// close: asked with GETLK after the descriptor event, then after the holder closed and
+/// exited, when a non-blocking lock must be granted at once. Asking across families differs
+/// only in the pid, as the README's lock section explains from the guest kernel's code.
+#[test]
+fn lock_lifetimes_over_the_share_match_the_guests_tmpfs() {
+    let t = Tmpfs::new("16M");
+    let scenario = r#"export PATH=/opt/tools/bin:$PATH
+mkdir -p /tmp/local && mount -t tmpfs local /tmp/local || fail "tmpfs"
+guest_lockmatrix /tmp/local > /tmp/local.txt || fail "matrix on tmpfs"
+mkdir m && guest_lockmatrix m > /tmp/share.txt || fail "matrix over the share"
+echo "=== local"; cat /tmp/local.txt; echo "=== share"; cat /tmp/share.txt; echo "=== end"
+"#;
+    let run = guest::run_scenario(&backend(t.path()), &guest(), scenario);
+    run.assert_success();
+    let section = |from: &str, to: &str| -> Vec<String> {
+        let c = &run.console;
+        let a = c
+            .find(from)
+            .unwrap_or_else(|| panic!("{}", run.transcript()))
+            + from.len();
+        let b = a + c[a..].find(to).unwrap();
+        c[a..b]
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("OFD ") || l.starts_with("POSIX ") || l.starts_with("x "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let local = section("=== local", "=== share");
+    let share = section("=== share", "=== end");
+    let (lx, lm): (Vec<_>, Vec<_>) = local.iter().partition(|l| l.starts_with("x "));
+    let (sx, sm): (Vec<_>, Vec<_>) = share.iter().partition(|l| l.starts_with("x "));
+    assert_eq!(lm.len(), 72, "{}", run.transcript());
+    for (l, s) in lm.iter().zip(&sm) {
+        assert_eq!(l, s, "over the share vs the guest's tmpfs");
+    }
+    assert_eq!(lm.len(), sm.len());
+    // Asked across families, the pid differs and nothing else: F_GETLK about an OFD lock
+    // names its taker over FUSE (-1 locally), F_OFD_GETLK about a POSIX lock says -1 over FUSE
+    // (the holder locally).
+    assert_eq!(lx.len(), 6, "{}", run.transcript());
+    for (l, s) in lx.iter().zip(&sx) {
+        let over_fuse = if l.contains("OFD-held") {
+            l.replace("pid=-1", "pid=holder")
+        } else {
+            l.replace("pid=holder", "pid=-1")
+        };
+        assert_eq!(&over_fuse, *s, "across families");
+    }
+    assert_eq!(
+        hostlocks::locks_on_fs(t.path()),
+        Vec::<String>::new(),
+        "no lock left on the host"
+    );
+}
+
+/// Issue 48's leak, seen from the host: a guest's OFD write lock is a lock on the host file
+/// (a host process cannot take the range, the host's /proc/locks lists it) while the guest's
+/// description is open, closing a dup of it changes nothing, and once the guest closed it and
+/// the holder exited, the host process takes the range at once and /proc/locks is empty.
+#[test]
+fn a_guest_ofd_lock_ends_on_the_host_when_its_description_closes() {
+    let t = Tmpfs::new("16M");
+    let path = t.path().join("f");
+    std::fs::write(&path, vec![b'x'; 256]).unwrap();
+    let root = t.path().to_owned();
+    let host = std::thread::spawn(move || {
+        let f = root.join("f");
+        wait_for(&root.join("a-holds"));
+        let during = (
+            hostlocks::try_posix_lock(&f, libc::F_WRLCK, 50, 1),
+            hostlocks::locks_on_file(&f),
+        );
+        std::fs::write(root.join("a-holds.done"), "").unwrap();
+        wait_for(&root.join("closed"));
+        let after = (
+            hostlocks::try_posix_lock(&f, libc::F_WRLCK, 0, 0),
+            hostlocks::locks_on_file(&f),
+        );
+        (during, after)
+    });
+    let scenario = r#"export PATH=/opt/tools/bin:$PATH
+guest_lockmatrix ofd-hold f a-holds || fail "ofd-hold"
+touch closed
+echo "holder closed"
+"#;
+    let run = guest::run_scenario(&backend(t.path()), &guest(), scenario);
+    run.assert_success();
+    let (during, after) = host.join().unwrap();
+    assert_eq!(during.0, Err(libc::EAGAIN), "{}", run.transcript());
+    assert!(
+        during.1.len() == 1 && during.1[0].contains("OFDLCK") && during.1[0].contains("WRITE"),
+        "{:?}",
+        during.1
+    );
+    assert_eq!(after, (Ok(()), Vec::new()), "{}", run.transcript());
 }

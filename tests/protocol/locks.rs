@@ -2,7 +2,8 @@
 //! locks per lock owner (conflicts between owners, none within one, GETLK reports the
 //! holder), conflicts with a host process's own fcntl locks in both directions, SETLKW
 //! waiting until the holder lets go, SETLKW interrupted by FUSE_INTERRUPT, an owner's locks
-//! released by its FLUSH (a close), flock locks per open file released with the handle, and
+//! released by its FLUSH (a close), an open file description's own (OFD) locks released with
+//! its handle, flock locks per open file released with the handle, and
 //! a daemon with a waiting SETLKW still ending cleanly when the guest goes. Waits end by the
 //! daemon's word: EDEADLK for a cycle of owners and after `lock-timeout`, EBADF when the
 //! waiting owner closes the file, ENOLCK for a flock held outside after
@@ -252,6 +253,100 @@ fn release_drops_flock_and_a_waiting_setlkw_does_not_keep_the_daemon_alive() {
     drop(dev);
     let st = d.proc.wait_exit(WAIT).unwrap().expect("the daemon exits");
     assert!(st.success(), "{st}\n{}", d.log());
+}
+
+/// An OFD lock's owner is the guest's struct file, which no FLUSH names (FLUSH carries the
+/// closing process's file table): the guest sends no unlock when the description closes, only
+/// its RELEASE. That RELEASE ends the lock, and the host description carrying it, while a
+/// process's POSIX lock through another handle stays.
+#[test]
+fn release_ends_the_ofd_locks_of_its_description() {
+    let d = daemon_with_file();
+    let host = d.branches[0].join("f");
+    let mut dev = d.session();
+    let (node, fh_a) = open_rw(&mut dev, b"f");
+    let (_, fh_b) = open_rw(&mut dev, b"f");
+    let (_, fh_c) = open_rw(&mut dev, b"f");
+    let (ofd_a, posix, ofd_c) = (0xa0, 0xb0, 0xc0);
+    setlk(
+        &mut dev,
+        node,
+        fh_a,
+        ofd_a,
+        ops::file_lock(0, 9, libc::F_WRLCK),
+    )
+    .unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh_b,
+        posix,
+        ops::file_lock(20, 29, libc::F_WRLCK),
+    )
+    .unwrap();
+    // A GETLK alone opens a host description for its owner: it goes with the handle too.
+    let got = getlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 99, libc::F_WRLCK),
+    );
+    assert_eq!(got.type_ as i32, libc::F_WRLCK);
+    assert!(
+        [(0, 9), (20, 29)].contains(&(got.start, got.end)),
+        "{got:?}"
+    );
+    assert_eq!(hostlocks::locks_on_file(&host).len(), 2);
+    // The process closes the duplicate it had (FLUSH names its owner): its lock goes.
+    answer(dev.send(&ops::flush(node, fh_a, posix))).unwrap();
+    assert_eq!(
+        setlk(
+            &mut dev,
+            node,
+            fh_c,
+            ofd_c,
+            ops::file_lock(5, 5, libc::F_RDLCK)
+        ),
+        Err(libc::EAGAIN)
+    );
+    setlk(
+        &mut dev,
+        node,
+        fh_b,
+        posix,
+        ops::file_lock(20, 29, libc::F_WRLCK),
+    )
+    .unwrap();
+    // The last descriptor of description A closes: RELEASE, with no lock owner.
+    dev.release(node, fh_a).unwrap();
+    setlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 9, libc::F_WRLCK),
+    )
+    .unwrap();
+    let got = getlk(
+        &mut dev,
+        node,
+        fh_c,
+        ofd_c,
+        ops::file_lock(0, 99, libc::F_WRLCK),
+    );
+    assert_eq!(
+        (got.type_ as i32, got.start, got.end),
+        (libc::F_WRLCK, 20, 29)
+    );
+    let held = hostlocks::locks_on_file(&host);
+    assert_eq!(held.len(), 2, "C's and the process's, not A's: {held:?}");
+    // Both remaining descriptions close: nothing is left on the host.
+    dev.release(node, fh_c).unwrap();
+    answer(dev.send(&ops::flush(node, fh_b, posix))).unwrap();
+    dev.release(node, fh_b).unwrap();
+    assert_eq!(hostlocks::locks_on_file(&host), Vec::<String>::new());
+    hostlocks::try_posix_lock(&host, libc::F_WRLCK, 0, 0).unwrap();
 }
 
 /// The error of the reply to `t` (0 for success), once it comes.

@@ -2,13 +2,15 @@
 //! host file, so another guest (through another daemon over the same branches) and host
 //! processes see them.
 //!
-//! POSIX record locks belong to a lock owner (a guest process's file table), not to an open
-//! file. Each (node, owner) gets its own open file description on the host, on which the
-//! owner's locks are open-file-description locks (`F_OFD_*`): the same owner never conflicts
-//! with itself, ranges merge and split as POSIX says, and they conflict with every other
-//! owner's, and with host processes' classic POSIX locks. Closing that description (FLUSH or
-//! RELEASE of the owner, DESTROY) releases the owner's locks, as POSIX's close does. flock
-//! locks belong to the open file, so they are `flock(2)` on the handle's own descriptor.
+//! POSIX record locks belong to a lock owner (a guest process's file table; for the guest's
+//! OFD locks, its open file description), not to an open file. Each (node, owner) gets its own
+//! open file description on the host, on which the owner's locks are open-file-description
+//! locks (`F_OFD_*`): the same owner never conflicts with itself, ranges merge and split as
+//! POSIX says, and they conflict with every other owner's, and with host processes' classic
+//! POSIX locks. Closing that description releases the owner's locks: on the owner's FLUSH (a
+//! process's close, POSIX's rule), on the RELEASE of a handle its requests came through (the
+//! guest's OFD locks, which the guest never unlocks on close), and at DESTROY. flock locks
+//! belong to the open file, so they are `flock(2)` on the handle's own descriptor.
 //!
 //! Every host lock call is non-blocking and made under one mutex together with the update of
 //! [`LockState`], so that table is exactly what the host holds for the guest. A request that
@@ -176,6 +178,7 @@ fn owner_fd<'a>(
             .or_else(|_| beneath::reopen(f.fd.as_fd(), f.flags & OFlags::RWMODE))?;
         g.fds.insert((inode, owner), opened);
     }
+    g.state.note_handle(inode, owner, fh);
     Ok(&g.fds[&(inode, owner)])
 }
 
@@ -195,31 +198,27 @@ pub fn getlk(fs: &UnionFs, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io:
             ..lk
         });
     };
-    // The guest's own holder when there is one (its pid means something to the guest),
-    // else what the host reports.
-    let (held, kind, pid) = match g.state.posix_conflict(inode, owner, sp, want) {
-        Some((_, h)) => (h.span, h.kind, h.pid),
-        None => {
-            let end = if r.len == 0 {
-                u64::MAX
-            } else {
-                r.start + r.len - 1
-            };
-            let k = if k == Kind::Read {
-                Shared::Read
-            } else {
-                Shared::Write
-            };
-            (
-                Span {
-                    start: r.start,
-                    end,
-                },
-                k,
-                0,
-            )
-        }
+    // The host's first conflicting lock, as the host reports it; when it is one of the
+    // guest's (same range and kind for another owner in the table), with that owner's pid,
+    // which means something to the guest; else a lock held outside the guest: pid 0.
+    let end = if r.len == 0 {
+        u64::MAX
+    } else {
+        r.start + r.len - 1
     };
+    let kind = if k == Kind::Read {
+        Shared::Read
+    } else {
+        Shared::Write
+    };
+    let held = Span {
+        start: r.start,
+        end,
+    };
+    let pid = g
+        .state
+        .posix_holder(inode, owner, held, kind)
+        .map_or(0, |h| h.pid);
     Ok(FileLock {
         start: held.start,
         end: fuse_end(held),
@@ -467,11 +466,38 @@ pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
     fs.locks.wake_sleepers(&g);
 }
 
-/// RELEASE of handle `fh` (after its descriptor was closed): its flock lock is gone.
+/// RELEASE of handle `fh` (after it left the handle table): the guest closed the last
+/// descriptor of that open file description. Its flock lock is gone, and so is every lock
+/// owner whose requests came through it since its last FLUSH: the description's own OFD
+/// locks, whose owner is the description and which nothing else ends, since the guest's
+/// kernel keeps no record of a lock it passed to the daemon and so sends no unlock for it on
+/// close (see [`LockState::release_handle`]). When no open handle of the node is left, no
+/// guest lock on it can be either (each needs an open description), so every owner left on
+/// the node goes too: those a session image brought carry no handle.
 pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
     let mut g = fs.locks.lock();
+    let mut changed = false;
     if g.state.flock_held(inode, fh).is_some() {
         g.state.flock_set(inode, fh, None, 0);
+        changed = true;
+    }
+    let mut gone = g.state.release_handle(inode, fh);
+    let mut rest = g.state.owners_of(inode);
+    rest.extend(g.fds.keys().filter(|(n, _)| *n == inode).map(|(_, o)| *o));
+    rest.retain(|o| !gone.contains(o));
+    if !rest.is_empty() && !fs.handles.any_file_of(inode) {
+        for o in rest {
+            g.state.drop_posix_owner(inode, o);
+            gone.push(o);
+        }
+    }
+    for o in &gone {
+        changed |= g.fds.remove(&(inode, *o)).is_some();
+    }
+    if !gone.is_empty() {
+        log::debug!("RELEASE node {inode} fh {fh}: owners {gone:x?} end");
+    }
+    if changed || !gone.is_empty() {
         fs.locks.wake_sleepers(&g);
     }
 }
@@ -560,8 +586,10 @@ impl Locks {
                 .into_iter()
                 .map(|(n, fh, k, p)| Retake::Flock(n, fh, k, p)),
         );
+        let via = g.state.handles_noted();
         g.state.clear();
         let lost = take_all(fs, &mut g, todo);
+        g.state.restore_handles(via);
         for e in &lost {
             log::error!("a guest lock is lost: {e}");
         }
