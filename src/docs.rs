@@ -2,40 +2,13 @@
 //! drift from `--help`), and the subcommands that print them (`union-virtiofsd man`,
 //! `union-virtiofsd completions SHELL`: what packages install). Never exits by itself.
 
-use std::ffi::OsString;
 use std::io::{self, Write};
 
-use clap::{CommandFactory, Parser};
 use clap_complete::Shell;
 
-use crate::args::{Args, DocsArgs};
-
-/// Whether `argv` (the whole command line) asks for `man` or `completions`.
-pub fn wanted(argv: &[OsString]) -> bool {
-    argv.get(1)
-        .is_some_and(|a| a == "man" || a == "completions")
-}
-
-/// Runs `union-virtiofsd man|completions …` with the whole command line; the exit status (0,
-/// or 2 with one line on stderr for a bad command line or an output that cannot be written).
-pub fn run(argv: Vec<OsString>) -> u8 {
-    let text = match DocsArgs::try_parse_from(argv) {
-        Ok(DocsArgs::Man) => man_page(),
-        Ok(DocsArgs::Completions { shell }) => Ok(completions(shell)),
-        Err(e) if !e.use_stderr() => {
-            // --help, --version.
-            let _ = e.print();
-            return 0;
-        }
-        Err(e) => {
-            let _ = writeln!(
-                io::stderr(),
-                "union-virtiofsd: {}",
-                crate::ctl::cli::usage_error(&e)
-            );
-            return 2;
-        }
-    };
+/// Writes `text` (the man page or a completion script) on stdout; the exit status (0, or 2
+/// with one line on stderr when it cannot be made or written).
+pub fn print(text: io::Result<Vec<u8>>) -> u8 {
     let mut stdout = io::stdout().lock();
     match text
         .and_then(|t| stdout.write_all(&t))
@@ -54,7 +27,7 @@ pub fn run(argv: Vec<OsString>) -> u8 {
 }
 
 fn command() -> clap::Command {
-    Args::command().after_help(crate::config::registry::help_text())
+    crate::cli::command()
 }
 
 /// The man page's EXIT STATUS section (roff), after OPTIONS (README, "Command-line options").

@@ -3,10 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
 use log::error;
 
-use union_virtiofsd::args::Args;
 use union_virtiofsd::config::Config;
 use union_virtiofsd::fs::UnionFs;
 use union_virtiofsd::sys::thread::set_umask;
@@ -30,16 +28,10 @@ fn main() -> ExitCode {
         };
     }
     union_virtiofsd::sys::mem::configure();
-    let argv: Vec<_> = std::env::args_os().collect();
-    if union_virtiofsd::ctl::cli::wanted(&argv) {
-        return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));
-    }
-    if union_virtiofsd::docs::wanted(&argv) {
-        return ExitCode::from(union_virtiofsd::docs::run(argv));
-    }
-    let help = union_virtiofsd::config::registry::help_text();
-    let matches = Args::command().after_help(help).get_matches();
-    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let args = match union_virtiofsd::cli::parse(std::env::args_os().collect()) {
+        union_virtiofsd::cli::Parsed::Serve(args) => *args,
+        union_virtiofsd::cli::Parsed::Exit(status) => return ExitCode::from(status),
+    };
     if args.print_capabilities {
         // A reader that stops early (`| head -c 1`) is no error: nothing more to say.
         let mut out = std::io::stdout().lock();
