@@ -23,7 +23,13 @@ pub enum Parsed {
 /// The whole command: [`Args`] with the union options' list after `--help` (not after `-h`,
 /// which stays a summary).
 pub fn command() -> clap::Command {
-    Args::command().after_long_help(crate::config::registry::help_text(help_width()))
+    command_for(help_width())
+}
+
+/// The whole command, its union options' list wrapped to `width` columns (the man page's
+/// is fixed, so that it does not depend on where it was made).
+pub fn command_for(width: usize) -> clap::Command {
+    Args::command().after_long_help(crate::config::registry::help_text(width))
 }
 
 /// The width `--help` is wrapped to: `COLUMNS`, else the terminal's, at most 100 (clap's).
