@@ -59,7 +59,7 @@ The daemon's pid, locked while it runs: a second daemon on \fIS\fR is refused, a
 The control socket \fBunion\-virtiofsd ctl\fR talks to (same owner and \fB\-\-socket\-group\fR as \fIS\fR).
 .TP
 \fIS\fR\fB.upgrade\fR
-Present only while a new daemon takes the session over (\fB\-\-upgrade\fR).
+The socket where a new daemon started with \fB\-\-upgrade\fR asks the running one for its session.
 .PP
 The daemon removes them when it ends; a stale \fIS\fR (no process serving on it, its pid file unlocked) is replaced at start, anything else at \fIS\fR is refused. With \fB\-\-fd\fR there are no such files. \fB\-\-config\fR \fIFILE\fR is re\-read on SIGHUP.
 .SH ENVIRONMENT

@@ -60,6 +60,9 @@ fn main() -> ExitCode {
         error!("{e}");
         return ExitCode::from(EXIT_USAGE);
     }
+    let summary = cfg.summary();
+    let node_fds = cfg.fs.opts.node_fds;
+    let nofile_wanted = union_virtiofsd::fs::nofile_wanted(node_fds);
     let mut fs = match UnionFs::new(cfg.fs) {
         Ok(fs) => fs,
         Err(e) => {
@@ -71,7 +74,11 @@ fn main() -> ExitCode {
         log::warn!("{note}");
     }
     match union_virtiofsd::sys::limits::set_nofile(cfg.rlimit_nofile) {
-        Ok(n) => log::info!("open file limit: {n}"),
+        // Said once: a warning only when the node table cannot keep its node-fds open.
+        Ok(n) if n.limit < nofile_wanted => {
+            log::warn!("{n}, below the {nofile_wanted} that node-fds={node_fds} needs: nodes are reopened more often, and the guest meets EMFILE sooner");
+        }
+        Ok(n) => log::info!("{n}"),
         Err(e) => {
             error!("{e}");
             return ExitCode::from(EXIT_USAGE);
@@ -124,6 +131,7 @@ fn main() -> ExitCode {
         let r = union_virtiofsd::sys::seccomp::call_forbidden();
         log::warn!("forbidden system call personality(2) returned {r:?}");
     }
+    log::info!("{summary}");
     let mut daemon = match bound.start(fs) {
         Ok(d) => d,
         Err(e) => {

@@ -6,6 +6,7 @@
 pub mod ignored;
 pub mod registry;
 pub mod runtime;
+mod summary;
 pub mod virtiofsd;
 
 use std::os::unix::io::RawFd;
