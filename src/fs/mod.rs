@@ -195,16 +195,18 @@ fn budget_for(limit: u64) -> usize {
 /// nodes more often and the guest meets EMFILE sooner. What "too low" means at start.
 pub fn nofile_wanted(node_fds: usize) -> u64 {
     let quarter = u64::try_from(node_fds).unwrap_or(u64::MAX / 8).saturating_mul(4);
-    // The budget grows with the limit: the smaller of the two candidates (reserve FD_RESERVE,
-    // or a tenth) that gives enough.
-    [
-        FD_RESERVE.saturating_add(quarter),
-        quarter.saturating_mul(10).div_ceil(9),
-    ]
-    .into_iter()
-    .filter(|l| budget_for(*l) as u64 >= quarter)
-    .min()
-    .unwrap_or(u64::MAX)
+    // The budget never shrinks as the limit grows: the least limit is found by bisection.
+    let enough = |l: u64| budget_for(l) as u64 >= quarter;
+    let (mut lo, mut hi) = (quarter, quarter.saturating_mul(2).saturating_add(FD_RESERVE));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if enough(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// The most nodes the guest may hold (each costs a few hundred bytes; about 1 GiB).
