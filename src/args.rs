@@ -302,11 +302,12 @@ pub struct Args {
 
     /// Pass extended attributes through (off by default, as in virtiofsd: the guest's first
     /// xattr request gets ENOSYS and it asks no more).
-    #[arg(long, overrides_with = "no_xattr", action = ArgAction::SetTrue)]
+    #[arg(long, conflicts_with = "no_xattr", action = ArgAction::SetTrue)]
     pub xattr: bool,
 
-    /// Do not support extended attributes (the default).
-    #[arg(long, overrides_with = "xattr", action = ArgAction::SetTrue)]
+    /// Do not support extended attributes (the default; refused with --xattr, --posix-acl,
+    /// --security-label and --xattrmap, which need them).
+    #[arg(long, action = ArgAction::SetTrue)]
     pub no_xattr: bool,
 
     // ---- virtiofsd 1.14's command line (launchers pass it unchanged) ----
