@@ -316,7 +316,12 @@ pub struct Args {
     pub socket: Option<PathBuf>,
 
     /// Group that owns the vhost-user socket (the socket becomes group read/writable).
-    #[arg(hide_short_help = true, long, value_name = "GROUP", conflicts_with = "fd")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "GROUP",
+        conflicts_with = "fd"
+    )]
     pub socket_group: Option<String>,
 
     /// The tag the device advertises in its config space (VHOST_USER_PROTOCOL_F_CONFIG; at

@@ -986,7 +986,10 @@ mod tests {
             );
         }
         assert!(with(&["--no-xattr", "--posix-acl=never"]).is_ok());
-        for extra in [&["--readonly", "-o", "cow=true"][..], &["-o", "ro,cow=true"]] {
+        for extra in [
+            &["--readonly", "-o", "cow=true"][..],
+            &["-o", "ro,cow=true"],
+        ] {
             assert!(
                 matches!(
                     with(extra),
@@ -999,7 +1002,13 @@ mod tests {
             );
         }
         // virtiofsd's own pairs: the last one wins, as there.
-        assert!(!with(&["--killpriv-v2", "--no-killpriv-v2"]).unwrap().fs.opts.killpriv_v2);
+        assert!(
+            !with(&["--killpriv-v2", "--no-killpriv-v2"])
+                .unwrap()
+                .fs
+                .opts
+                .killpriv_v2
+        );
         let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--no-xattr"]).unwrap();
         assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
         let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--xattr"]).unwrap();

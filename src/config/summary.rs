@@ -39,9 +39,7 @@ impl Config {
         let _ = write!(s, ": branches {}", branches.join(":"));
         let show = |keys: &[&str]| -> String {
             keys.iter()
-                .filter_map(|k| {
-                    super::runtime::show(&self.fs.opts, k).map(|v| format!("{k}={v}"))
-                })
+                .filter_map(|k| super::runtime::show(&self.fs.opts, k).map(|v| format!("{k}={v}")))
                 .collect::<Vec<_>>()
                 .join(" ")
         };

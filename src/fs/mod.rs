@@ -194,10 +194,15 @@ fn budget_for(limit: u64) -> usize {
 /// open (its share of the budget is a quarter): below it the daemon serves, but reopens
 /// nodes more often and the guest meets EMFILE sooner. What "too low" means at start.
 pub fn nofile_wanted(node_fds: usize) -> u64 {
-    let quarter = u64::try_from(node_fds).unwrap_or(u64::MAX / 8).saturating_mul(4);
+    let quarter = u64::try_from(node_fds)
+        .unwrap_or(u64::MAX / 8)
+        .saturating_mul(4);
     // The budget never shrinks as the limit grows: the least limit is found by bisection.
     let enough = |l: u64| budget_for(l) as u64 >= quarter;
-    let (mut lo, mut hi) = (quarter, quarter.saturating_mul(2).saturating_add(FD_RESERVE));
+    let (mut lo, mut hi) = (
+        quarter,
+        quarter.saturating_mul(2).saturating_add(FD_RESERVE),
+    );
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         if enough(mid) {

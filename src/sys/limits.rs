@@ -96,7 +96,11 @@ impl std::fmt::Display for Nofile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "open file limit: {}", self.limit)?;
         if let Some(n) = &self.not_raised {
-            write!(f, " (the hard limit: cannot raise it to {}: {})", n.target, n.error)?;
+            write!(
+                f,
+                " (the hard limit: cannot raise it to {}: {})",
+                n.target, n.error
+            )?;
         }
         Ok(())
     }

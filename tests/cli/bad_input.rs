@@ -144,14 +144,23 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
         // The command line's shape (clap).
         bad(&["--bogus-flag"], "unexpected argument '--bogus-flag'"),
         row(&["frob"], "unrecognized subcommand 'frob'"),
-        bad(&["--max-pages", "abc"], "invalid value 'abc' for '--max-pages"),
+        bad(
+            &["--max-pages", "abc"],
+            "invalid value 'abc' for '--max-pages",
+        ),
         bad(&["--branch", &format!("{branch}=XX")], "XX"),
         bad(&["--release-guest-memory=-1"], "--release-guest-memory"),
-        bad(&["--release-guest-memory", "0.001"], "--release-guest-memory"),
+        bad(
+            &["--release-guest-memory", "0.001"],
+            "--release-guest-memory",
+        ),
         bad(&["--modcaps=+nosuch"], "+nosuch"),
         // Missing pieces.
         row(&["--socket-path", &sock], "no branch given"),
-        row(&["--branch", &branch], "one of --socket-path or --fd is required"),
+        row(
+            &["--branch", &branch],
+            "one of --socket-path or --fd is required",
+        ),
         // Values out of range, union options, config files.
         bad(&["--max-pages", "0"], "--max-pages 0 is out of range"),
         bad(&["--max-write", "5000"], "--max-write 5000"),
@@ -159,8 +168,14 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
         bad(&["-o", "category.create=zz"], "category.create"),
         bad(&["-o", "sandbox=jail"], "sandbox"),
         bad(&["--minfreespace", "lots"], "minfreespace"),
-        bad(&["--config", "/no/such/file"], "cannot read --config /no/such/file"),
-        bad(&["--config", &conf], format!("{conf}:2: unknown option 'frob'").as_str()),
+        bad(
+            &["--config", "/no/such/file"],
+            "cannot read --config /no/such/file",
+        ),
+        bad(
+            &["--config", &conf],
+            format!("{conf}:2: unknown option 'frob'").as_str(),
+        ),
         bad(
             &["--sandbox=none", "--rlimit-nofile=99999999999"],
             "fs.nr_open",
@@ -182,12 +197,25 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
             format!("branch {branch}/ is {branch} again").as_str(),
         ),
         row(
-            &["--socket-path", &sock, "--shared-dir", &branch, "--branch", &alias],
+            &[
+                "--socket-path",
+                &sock,
+                "--shared-dir",
+                &branch,
+                "--branch",
+                &alias,
+            ],
             "again",
         ),
         // Switches that contradict each other.
-        bad(&["--xattr", "--no-xattr"], "'--xattr' cannot be used with '--no-xattr'"),
-        bad(&["--no-xattr", "--posix-acl"], "--no-xattr contradicts --posix-acl"),
+        bad(
+            &["--xattr", "--no-xattr"],
+            "'--xattr' cannot be used with '--no-xattr'",
+        ),
+        bad(
+            &["--no-xattr", "--posix-acl"],
+            "--no-xattr contradicts --posix-acl",
+        ),
         bad(
             &["--security-label", "--no-xattr"],
             "--no-xattr contradicts --security-label",
@@ -196,27 +224,45 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
             &["--no-xattr", "--xattrmap=:map::u.:"],
             "--no-xattr contradicts --xattrmap",
         ),
-        bad(&["--readonly", "-o", "cow=true"], "--readonly contradicts cow=true"),
+        bad(
+            &["--readonly", "-o", "cow=true"],
+            "--readonly contradicts cow=true",
+        ),
         bad(&["-o", "ro,cow=true"], "-o ro contradicts cow=true"),
-        bad(&["--socket", &sock], "cannot be used with '--socket <PATH>'"),
+        bad(
+            &["--socket", &sock],
+            "cannot be used with '--socket <PATH>'",
+        ),
         bad(&["--fd", "3"], "cannot be used with '--fd <N>'"),
         bad(
             &["--posix-acl", "--translate-uid=guest:0:1000:1"],
             "--translate-uid",
         ),
         bad(
-            &["--migration-mode=file-handles", "--migration-verify-handles"],
+            &[
+                "--migration-mode=file-handles",
+                "--migration-verify-handles",
+            ],
             "--migration-verify-handles cannot be used with --migration-mode=file-handles",
         ),
         // --fd.
-        row(&["--fd", "abc", "--branch", &branch], "invalid value 'abc' for '--fd <N>'"),
+        row(
+            &["--fd", "abc", "--branch", &branch],
+            "invalid value 'abc' for '--fd <N>'",
+        ),
         row(
             &["--fd", "987654", "--branch", &branch],
             "--fd 987654: not a listening unix socket",
         ),
         // Standard input (/dev/null here): open, but no socket.
-        row(&["--fd", "0", "--branch", &branch], "--fd 0: not a listening unix socket"),
-        row(&["--fd", "3", "--upgrade", "/x.pid", "--branch", &branch], "--fd"),
+        row(
+            &["--fd", "0", "--branch", &branch],
+            "--fd 0: not a listening unix socket",
+        ),
+        row(
+            &["--fd", "3", "--upgrade", "/x.pid", "--branch", &branch],
+            "--fd",
+        ),
         // TODO(--ctl-socket): a bad --ctl-socket (missing directory, a regular file, the
         // running daemon's) once the option exists.
         // --socket-path.
@@ -268,13 +314,19 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
         socket_at(&running.socket(), "another daemon (pid".into()),
         // The tools.
         row(&["ctl"], "union-virtiofsd ctl: arguments missing"),
-        row(&["ctl", "--socket", &served, "frob"], "unrecognized subcommand 'frob'"),
+        row(
+            &["ctl", "--socket", &served, "frob"],
+            "unrecognized subcommand 'frob'",
+        ),
         row(&["ctl", "--socket", &served, "set", "k"], "<VALUE>"),
         row(
             &["ctl", "--socket", &served, "query", "/x", "nonsense"],
             "invalid value 'nonsense'",
         ),
-        row(&["ctl", "--socket", &served, "get", "nosuchkey"], "nosuchkey"),
+        row(
+            &["ctl", "--socket", &served, "get", "nosuchkey"],
+            "nosuchkey",
+        ),
         row(&["ctl", "--socket", &sock, "get", "x"], "cannot connect to"),
         row(&["ctl", "get", "x"], "--socket <PATH>"),
         row(&["completions", "nosh"], "invalid value 'nosh'"),
