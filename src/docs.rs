@@ -234,7 +234,7 @@ mod tests {
                 "{shell}"
             );
             // The commands and ctl's own.
-            for word in ["ctl", "completions", "query", "allpaths"] {
+            for word in ["ctl", "completions", "query", "keys"] {
                 assert!(c.contains(word), "{shell} lacks {word}");
             }
         }
