@@ -203,6 +203,17 @@ impl TryFrom<Args> for Config {
         };
 
         let listen2 = listen.clone();
+        if let (Some(dir), Some(source)) = (&args.shared_dir, &legacy.source) {
+            let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or(p.to_owned());
+            if real(dir) != real(source) {
+                // Only one of them would be served, the other dropped without a word.
+                return Err(ConfigError::Contradicts {
+                    first: "--shared-dir",
+                    second: "-o source=",
+                    why: "they name different directories as the shared directory",
+                });
+            }
+        }
         let mut branches = Vec::new();
         if let Some(dir) = args.shared_dir.clone().or(legacy.source.clone()) {
             branches.push(crate::union::Branch {
@@ -986,6 +997,14 @@ mod tests {
             );
         }
         assert!(with(&["--no-xattr", "--posix-acl=never"]).is_ok());
+        assert!(matches!(
+            with(&["-o", "source=/b"]),
+            Err(ConfigError::Contradicts {
+                first: "--shared-dir",
+                ..
+            })
+        ));
+        assert!(with(&["-o", "source=/a"]).is_ok());
         for extra in [
             &["--readonly", "-o", "cow=true"][..],
             &["-o", "ro,cow=true"],
