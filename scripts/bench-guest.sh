@@ -33,7 +33,7 @@
 # --buffered runs the buffered-write rows instead (the writeback cache's: 25,000 dd writes of
 # 4 KiB then sync, 1,600 of 64 KiB then sync, in MB/s; the source tree untarred then synced
 # and a build-like loop writing 1,000 objects in four pieces each then sync, in files/s), and
-# --writeback gives both daemons --writeback. README's writeback table is
+# --writeback gives both daemons --writeback. docs/src/writeback.md's table is
 #   scripts/bench-guest.sh --buffered --writeback --out .cache/bench-wb
 #   scripts/bench-guest.sh --buffered --out .cache/bench-nowb
 #

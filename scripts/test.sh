@@ -18,7 +18,7 @@
 # rebuilt when their inputs change. Every step's time is logged, and listed again at the end.
 # The last line of standard output sums every test binary's result: "N passed, N failed".
 # Other arguments go to the test binaries as name filters (e.g. `scripts/test.sh --quick
-# cow::`); one guest test alone: `cargo test --test guest upgrade::` (README, Tests).
+# cow::`); one guest test alone: `cargo test --test guest upgrade::` (docs/src/testing.md).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"

@@ -212,6 +212,11 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub fd: Option<RawFd>,
 
+    /// The control socket `union-virtiofsd ctl` reaches (default `<socket-path>.ctl`; with
+    /// `--fd`, none unless given here or as `ctl-socket=PATH` in `-o` or `--config`).
+    #[arg(long, value_name = "PATH")]
+    pub ctl_socket: Option<PathBuf>,
+
     /// A branch `PATH[=RW|RO|NC]` (default RW); repeatable, appended after --branches.
     #[arg(long = "branch", value_name = "PATH[=MODE]")]
     pub branch: Vec<Branch>,
@@ -426,8 +431,8 @@ pub struct Args {
     #[arg(hide_short_help = true, long)]
     pub syslog: bool,
 
-    /// Set the open-file limit to N (0 leaves it unchanged; default: raise the soft limit to
-    /// the hard one).
+    /// Set the open-file limit (soft and hard) to N (0 leaves it unchanged; default:
+    /// min(1,000,000, fs.nr_open), or the hard limit where it may not be raised).
     #[arg(hide_short_help = true, long, value_name = "N")]
     pub rlimit_nofile: Option<u64>,
 
@@ -599,8 +604,12 @@ pub enum Command {
 #[derive(Clone, Debug, clap::Args)]
 pub struct CtlArgs {
     /// The daemon's vhost-user socket (`.ctl` is appended) or its control socket `<PATH>.ctl`.
-    #[arg(long, value_name = "PATH")]
-    pub socket: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "ctl_socket")]
+    pub socket: Option<PathBuf>,
+
+    /// The daemon's control socket as its `--ctl-socket` named it (any name).
+    #[arg(long, value_name = "PATH", conflicts_with = "socket")]
+    pub ctl_socket: Option<PathBuf>,
 
     /// What to do.
     #[command(subcommand)]

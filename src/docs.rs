@@ -1,10 +1,16 @@
 //! The man page and shell completions, generated from the clap definitions (so they never
 //! drift from `--help`), and the subcommands that print them (`union-virtiofsd man`,
-//! `union-virtiofsd completions SHELL`: what packages install). Never exits by itself.
+//! `union-virtiofsd completions SHELL`: what packages install); the book's generated option
+//! reference (`reference`) and the checks of the book's links (tests). Never exits by itself.
 
 use std::io::{self, Write};
 
 use clap_complete::Shell;
+
+pub mod reference;
+
+#[cfg(test)]
+mod links;
 
 /// Writes `text` (the man page or a completion script) on stdout; the exit status (0, or 2
 /// with one line on stderr when it cannot be made or written).
@@ -56,12 +62,12 @@ The vhost\-user socket the front\-end (QEMU, cloud\-hypervisor) connects to.
 The daemon's pid, locked while it runs: a second daemon on \fIS\fR is refused, and \fB\-\-upgrade\fR \fIS\fR\fB.pid\fR names the daemon to take over from.
 .TP
 \fIS\fR\fB.ctl\fR
-The control socket \fBunion\-virtiofsd ctl\fR talks to (same owner and \fB\-\-socket\-group\fR as \fIS\fR).
+The control socket \fBunion\-virtiofsd ctl\fR talks to (same owner and \fB\-\-socket\-group\fR as \fIS\fR), unless \fB\-\-ctl\-socket\fR puts it elsewhere (with \fB\-\-fd\fR there is none without it).
 .TP
 \fIS\fR\fB.upgrade\fR
 The socket where a new daemon started with \fB\-\-upgrade\fR asks the running one for its session.
 .PP
-The daemon removes them when it ends; a stale \fIS\fR (no process serving on it, its pid file unlocked) is replaced at start, anything else at \fIS\fR is refused. With \fB\-\-fd\fR there are no such files. \fB\-\-config\fR \fIFILE\fR is re\-read on SIGHUP.
+The daemon removes them when it ends; a stale \fIS\fR (no process serving on it, its pid file unlocked) is replaced at start, anything else at \fIS\fR is refused. With \fB\-\-fd\fR there are no such files, only the \fB\-\-ctl\-socket\fR given. \fB\-\-config\fR \fIFILE\fR is re\-read on SIGHUP.
 .SH ENVIRONMENT
 .TP
 \fBRUST_LOG\fR

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use log::error;
 
 use union_virtiofsd::config::Config;
+use union_virtiofsd::confine::Files;
 use union_virtiofsd::fs::UnionFs;
 use union_virtiofsd::sys::thread::set_umask;
 use union_virtiofsd::vhost::{self, Bound};
@@ -15,14 +16,12 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     // The sandbox's supervisor, re-executed by the parent after the fork: nothing else to do.
-    if let Some((child, socket)) = union_virtiofsd::confine::supervisor_request() {
-        return match union_virtiofsd::confine::supervise(child) {
-            Ok(status) => supervised(status, socket.as_deref()),
+    if let Some(r) = union_virtiofsd::confine::supervisor_request() {
+        return match union_virtiofsd::confine::supervise(r.child, r.reload.as_ref()) {
+            Ok(status) => supervised(status, &r.files),
             Err(e) => {
                 eprintln!("union-virtiofsd: supervisor: {e}");
-                if let Some(p) = &socket {
-                    vhost::remove_socket_files(p);
-                }
+                r.files.remove();
                 ExitCode::FAILURE
             }
         };
@@ -101,15 +100,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let files = Files {
+        socket: bound.path().map(Into::into),
+        ctl: bound.own_ctl().map(Into::into),
+    };
     // The socket exists; no thread runs yet and no guest request has been read.
-    match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs, bound.path()) {
+    match union_virtiofsd::confine::enter(&cfg.confinement, &mut fs, &files, &mut reload) {
         Ok(None) => {}
-        Ok(Some(status)) => return supervised(status, bound.path()),
+        Ok(Some(status)) => return supervised(status, &files),
         Err(e) => {
             error!("cannot enter the sandbox: {e}");
-            if let Some(p) = bound.path() {
-                vhost::remove_socket_files(p);
-            }
+            files.remove();
             return ExitCode::FAILURE;
         }
     }
@@ -162,7 +163,7 @@ fn main() -> ExitCode {
 }
 
 /// The sandbox's supervisor's exit once the serving child has exited with `status`.
-fn supervised(status: i32, socket: Option<&std::path::Path>) -> ExitCode {
+fn supervised(status: i32, files: &Files) -> ExitCode {
     if status == vhost::HANDED_OVER_STATUS {
         // The child's session went to a new daemon, which owns the socket files now.
         return ExitCode::SUCCESS;
@@ -171,8 +172,6 @@ fn supervised(status: i32, socket: Option<&std::path::Path>) -> ExitCode {
         // The child could not take the session over: the files are the old daemon's.
         return ExitCode::FAILURE;
     }
-    if let Some(p) = socket {
-        vhost::remove_socket_files(p);
-    }
+    files.remove();
     ExitCode::from(u8::try_from(status).unwrap_or(1))
 }

@@ -161,7 +161,7 @@ pub struct Config {
     pub fs: FsConfig,
     /// What the confinement flags ask for.
     pub confinement: Confinement,
-    /// `--rlimit-nofile` (None: raise the soft limit to the hard one; 0: leave it).
+    /// `--rlimit-nofile` (None: min(1,000,000, fs.nr_open), see `sys::limits`; 0: leave it).
     pub rlimit_nofile: Option<u64>,
     /// One line each for settings that are accepted but not (fully) honoured, logged at start.
     pub notes: Vec<String>,
@@ -318,6 +318,7 @@ impl TryFrom<Args> for Config {
                 num_request_queues,
                 tag: args.tag.clone(),
                 socket_group,
+                ctl_socket: args.ctl_socket.clone().or(settings.ctl_socket.clone()),
                 allow_mmap: args.allow_mmap,
                 migration,
                 release_guest_memory: args.release_guest_memory,
@@ -596,27 +597,36 @@ fn union_settings(args: &Args) -> Result<Settings, ConfigError> {
 }
 
 /// Expands glob patterns in branch paths (sorted, directories only), as mergerfs does at start.
-fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
+pub fn expand_globs(branches: Vec<Branch>) -> Result<Vec<Branch>, ConfigError> {
     let mut out = Vec::with_capacity(branches.len());
     for b in branches {
         let text = b.path.to_string_lossy();
-        if !text.contains(['*', '?', '[']) {
+        if !is_glob(&text) {
             out.push(b);
             continue;
         }
-        let bad = || ConfigError::Glob(text.to_string());
-        let mut paths: Vec<_> = glob::glob(&text)
-            .map_err(|_| bad())?
-            .filter_map(Result::ok)
-            .filter(|p| p.is_dir())
-            .collect();
-        if paths.is_empty() {
-            return Err(bad());
-        }
-        paths.sort();
+        let paths = glob_directories(&text).ok_or_else(|| ConfigError::Glob(text.to_string()))?;
         out.extend(paths.into_iter().map(|path| Branch { path, ..b.clone() }));
     }
     Ok(out)
+}
+
+/// Whether branch path `text` is a glob pattern (expanded by [`glob_directories`]).
+pub fn is_glob(text: &str) -> bool {
+    text.contains(['*', '?', '['])
+}
+
+/// The directories glob `pattern` matches, sorted; what is not a directory (a regular file
+/// beside the disks) is skipped, as mergerfs does. `None` for a bad pattern or no directory.
+/// The one expansion for branches at start, in a `--config` re-read and in `ctl`.
+pub fn glob_directories(pattern: &str) -> Option<Vec<std::path::PathBuf>> {
+    let mut paths: Vec<_> = glob::glob(pattern)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|p| p.is_dir())
+        .collect();
+    paths.sort();
+    (!paths.is_empty()).then_some(paths)
 }
 
 /// `--migration-*`, with virtiofsd's meaning (`handles_allowed` is left for the caller, who
@@ -647,7 +657,7 @@ mod tests {
     use crate::fs::options::XattrMode;
     use crate::union::BranchMode;
     use clap::Parser;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     fn parse(argv: &[&str]) -> Result<Config, ConfigError> {
@@ -681,6 +691,57 @@ mod tests {
             XattrMode::Passthrough,
             "path-queries implies xattrs"
         );
+    }
+
+    #[test]
+    fn the_control_socket_is_beside_the_socket_unless_named() {
+        let base = ["--socket-path=/run/s", "--shared-dir=/srv"];
+        let c = parse(&base).unwrap();
+        assert_eq!(c.daemon.ctl_path(), Some("/run/s.ctl".into()));
+        assert_eq!(c.daemon.explicit_ctl_socket(), None);
+        let c = parse(&[&base[..], &["-o", "ctl-socket=/run/c"]].concat()).unwrap();
+        assert_eq!(c.daemon.ctl_path(), Some("/run/c".into()));
+        assert_eq!(c.daemon.explicit_ctl_socket(), Some(Path::new("/run/c")));
+        let both = [
+            &base[..],
+            &["-o", "ctl-socket=/run/c", "--ctl-socket=/run/d"],
+        ]
+        .concat();
+        assert_eq!(
+            parse(&both).unwrap().daemon.ctl_path(),
+            Some("/run/d".into())
+        );
+        // Naming the default is no file of its own.
+        let c = parse(&[&base[..], &["--ctl-socket=/run/s.ctl"]].concat()).unwrap();
+        assert_eq!(c.daemon.explicit_ctl_socket(), None);
+        assert!(parse(&[&base[..], &["-o", "ctl-socket="]].concat()).is_err());
+        // Its own vhost socket is refused before anything is made.
+        let c = parse(&[&base[..], &["--ctl-socket=/run/s"]].concat()).unwrap();
+        let e = crate::vhost::check_listen(&c.daemon).unwrap_err();
+        assert!(e.is_bad_input());
+        assert_eq!(
+            e.to_string(),
+            "--ctl-socket /run/s: the daemon's own vhost-user socket is there"
+        );
+    }
+
+    #[test]
+    fn a_glob_skips_files_and_sorts() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["d2", "d1"] {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+        }
+        std::fs::write(d.path().join("d3"), "").unwrap();
+        let pattern = format!("{}/d*", d.path().display());
+        assert_eq!(
+            glob_directories(&pattern).unwrap(),
+            [d.path().join("d1"), d.path().join("d2")]
+        );
+        assert_eq!(
+            glob_directories(&format!("{}/d3*", d.path().display())),
+            None
+        );
+        assert_eq!(glob_directories("/no/such/[dir"), None);
     }
 
     #[test]

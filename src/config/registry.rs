@@ -73,6 +73,9 @@ pub struct Settings {
     pub virtiofsd: super::virtiofsd::Legacy,
     /// `ro` / `rw`, the generic mount flags: the whole share read-only (as `--readonly`).
     pub readonly: Option<bool>,
+    /// `ctl-socket=PATH`: the control socket's path (as `--ctl-socket`, which wins), so that
+    /// a launcher that passes only its own arguments (libvirt) can still ask for one.
+    pub ctl_socket: Option<std::path::PathBuf>,
     /// One line per ignored option named (`NAME: why`), each once, for the start's log.
     pub notes: Vec<String>,
     /// How many `config=` files are being read (inside one another).
@@ -83,7 +86,7 @@ pub struct Settings {
 pub struct OptionSpec {
     /// The mergerfs name.
     pub name: &'static str,
-    /// The accepted values and meaning, for `--help` and README.
+    /// The accepted values and meaning, for `--help` and the book's option reference.
     pub help: &'static str,
     set: Setter,
 }
@@ -121,7 +124,7 @@ macro_rules! choice {
     };
 }
 
-/// Every option, in README order.
+/// Every option, in the option reference's order.
 pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE]] list (config files)", set: |s, v| {
         s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;
@@ -335,6 +338,13 @@ impl Settings {
                 self.readonly = Some(name == "ro");
                 return Ok(());
             }
+            "ctl-socket" if value.trim().is_empty() => {
+                return Err(bad(key, value, Expected("a socket path")))
+            }
+            "ctl-socket" => {
+                self.ctl_socket = Some(value.trim().into());
+                return Ok(());
+            }
             _ => {}
         }
         let Some(spec) = OPTIONS.iter().find(|o| normalize(o.name) == name) else {
@@ -469,7 +479,7 @@ pub fn help_text(width: usize) -> String {
     ));
     s.push_str(&para(
         "config=FILE reads a config file there (key=value or bare key lines, # comments); ro \
-         (= --readonly) and rw apply. Every other mergerfs option (readahead, threads, \
+         (= --readonly) and rw apply, and ctl-socket=PATH (= --ctl-socket). Every other mergerfs option (readahead, threads, \
          func.readdir, …) and generic mount option (allow_other, noatime, defaults, x-…) is \
          accepted and ignored, with one warning per start saying why.",
     ));

@@ -123,6 +123,12 @@ fn find(key: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name.replace('_', "-") == n)
 }
 
+/// Whether `key` (an applied option, in either spelling) may be changed with `ctl set` while
+/// the guest runs; `None` when it is no `ctl` key of that table (the option reference says so).
+pub fn settable(key: &str) -> Option<bool> {
+    find(key).map(|k| k.settable)
+}
+
 /// mergerfs's keys that are accepted and ignored (`ignored.rs`): listed, shown, and set
 /// (to no effect) where mergerfs lets them change at run time.
 fn find_ignored(key: &str) -> Option<&'static IgnoredSpec> {
@@ -260,6 +266,58 @@ impl UnionFs {
 /// or nothing: a malformed line, an unknown key or a change to an option fixed at start
 /// changes nothing. Returns what changed.
 pub fn reload(fs: &UnionFs, file: &str, text: &str) -> Result<String, CtlError> {
+    reload_with(fs, file, text, None)
+}
+
+/// The branches of a config file as a process that sees the host's paths found them: globs
+/// expanded ([`super::expand_globs`]) and each directory opened, in order (the namespace
+/// sandbox's supervisor does this for the serving child, which sees no host path).
+#[derive(Debug)]
+pub struct HostBranches {
+    /// The file's branches, expanded.
+    pub branches: Vec<crate::union::Branch>,
+    /// Each branch's directory, opened on the host, in the same order.
+    pub dirs: Vec<OwnedFd>,
+}
+
+/// The branches config file `file` with `text` names, as [`HostBranches`]: expanded and
+/// opened here. An error names the file and the branch.
+pub fn host_branches(file: &str, text: &str) -> Result<HostBranches, CtlError> {
+    let mut s = Settings::default();
+    s.apply_file(file, text)
+        .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
+    let branches = super::expand_globs(s.branches)
+        .map_err(|e| CtlError::new(libc::ENOENT, format!("{file}: {e}")))?;
+    let mut dirs = Vec::with_capacity(branches.len());
+    for b in &branches {
+        let fd = rustix::fs::open(
+            &b.path,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| {
+            CtlError::new(
+                e.raw_os_error(),
+                format!(
+                    "{file}: branch {}: {}",
+                    b.path.display(),
+                    std::io::Error::from(e)
+                ),
+            )
+        })?;
+        dirs.push(fd);
+    }
+    Ok(HostBranches { branches, dirs })
+}
+
+/// [`reload`], with the file's branches found and opened by a process that sees the host
+/// (`host`), or (`None`) expanded and opened here by path.
+pub fn reload_with(
+    fs: &UnionFs,
+    file: &str,
+    text: &str,
+    host: Option<HostBranches>,
+) -> Result<String, CtlError> {
     let before = fs.options();
     let mut s = Settings::over(before.clone());
     s.apply_file(file, text)
@@ -275,9 +333,17 @@ pub fn reload(fs: &UnionFs, file: &str, text: &str) -> Result<String, CtlError> 
             format!("{file}: {} fixed when the daemon starts", fixed.join(", ")),
         ));
     }
+    let (branches, dirs) = match host {
+        Some(h) => (h.branches, h.dirs),
+        None => {
+            let b = super::expand_globs(std::mem::take(&mut s.branches))
+                .map_err(|e| CtlError::new(libc::ENOENT, format!("{file}: {e}")))?;
+            (b, Vec::new())
+        }
+    };
     let mut changes = Vec::new();
-    if !s.branches.is_empty() && s.branches != fs.branch_list() {
-        changes.push(fs.edit_branches(&BranchEdit::Set(s.branches.clone()), Vec::new())?);
+    if !branches.is_empty() && branches != fs.branch_list() {
+        changes.push(fs.edit_branches(&BranchEdit::Set(branches), dirs)?);
     }
     let mut changed: Vec<String> = KEYS
         .iter()

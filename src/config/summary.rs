@@ -22,13 +22,13 @@ impl Config {
                 let _ = write!(s, " on --fd {fd}");
             }
         }
-        // The control socket: `S.ctl` next to the socket, none with --fd. (A --ctl-socket
-        // option, when there is one, is shown here.)
-        match &self.daemon.listen {
-            Listen::Path(p) => {
-                let _ = write!(s, " (control {})", crate::vhost::ctl_path(p).display());
+        // The control socket: --ctl-socket, else `S.ctl` beside the socket, none with --fd
+        // alone.
+        match self.daemon.ctl_path() {
+            Some(c) => {
+                let _ = write!(s, " (control {})", c.display());
             }
-            Listen::Fd(_) => s.push_str(" (no control socket)"),
+            None => s.push_str(" (no control socket)"),
         }
         let branches: Vec<String> = self
             .fs

@@ -46,7 +46,12 @@ fn fail(message: &str) {
 
 /// Does what `args` asks, writing its output into `out` (printed only if all went well).
 fn execute(args: &CtlArgs, out: &mut Vec<u8>) -> Result<(), ClientError> {
-    let mut c = Client::connect(&client::ctl_socket(&args.socket))?;
+    let path = match (&args.ctl_socket, &args.socket) {
+        (Some(c), _) => c.clone(),
+        (None, Some(s)) => client::ctl_socket(s),
+        (None, None) => unreachable!("clap requires --socket or --ctl-socket"),
+    };
+    let mut c = Client::connect(&path)?;
     c.set_timeout(Some(TIMEOUT))?;
     match &args.command {
         CtlCommand::Get { key: Some(key) } => {

@@ -125,27 +125,28 @@ pub fn prepare(key: &str, value: &str) -> Result<Prepared, EditError> {
     })
 }
 
-/// The directories `glob` matches, canonical, in the glob's order; an error if there is none
-/// or one is not a directory.
+/// The directories `glob` matches, canonical, sorted: a pattern is expanded as at start
+/// ([`crate::config::glob_directories`]: what is not a directory is skipped, an error only
+/// if no directory matches); a plain path must be a directory.
 fn expand(glob: &str) -> Result<Vec<PathBuf>, EditError> {
     let missing = || EditError::NoSuchDirectory(glob.to_string());
-    let matches = glob::glob(glob).map_err(|source| EditError::BadPattern {
+    if !crate::config::is_glob(glob) {
+        let path = std::fs::canonicalize(glob).map_err(|_| missing())?;
+        return if path.is_dir() {
+            Ok(vec![path])
+        } else {
+            Err(missing())
+        };
+    }
+    glob::Pattern::new(glob).map_err(|source| EditError::BadPattern {
         glob: glob.to_string(),
         source,
     })?;
-    let mut out = Vec::new();
-    for m in matches {
-        let path = m.map_err(|_| missing())?;
-        let path = std::fs::canonicalize(&path).map_err(|_| missing())?;
-        if !path.is_dir() {
-            return Err(missing());
-        }
-        out.push(path);
-    }
-    if out.is_empty() {
-        return Err(missing());
-    }
-    Ok(out)
+    let found = crate::config::glob_directories(glob).ok_or_else(missing)?;
+    found
+        .iter()
+        .map(|p| std::fs::canonicalize(p).map_err(|_| missing()))
+        .collect()
 }
 
 /// Opens directory `path` as a reference only (`O_PATH`), not following a last symlink (it is
@@ -221,6 +222,21 @@ mod tests {
         let f = file.display().to_string();
         let e = prepare("srcmounts", &f).unwrap_err();
         assert_eq!(e.to_string(), format!("{f}: no such directory"));
+    }
+
+    #[test]
+    fn a_glob_skips_what_is_no_directory_as_at_start() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir(root.join("disk1")).unwrap();
+        std::fs::create_dir(root.join("disk2")).unwrap();
+        std::fs::write(root.join("disk.txt"), "").unwrap();
+        let r = root.display();
+        let p = prepare("branches", &format!("+{r}/disk*")).unwrap();
+        assert_eq!(p.value, format!("+{r}/disk1:{r}/disk2"));
+        assert_eq!(p.dirs.len(), 2);
+        let e = prepare("branches", &format!("+{r}/disk.*")).unwrap_err();
+        assert_eq!(e.to_string(), format!("{r}/disk.*: no such directory"));
     }
 
     #[test]

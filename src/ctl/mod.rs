@@ -71,13 +71,48 @@ pub fn apply_set<C: Control + ?Sized>(
     }
 }
 
+/// A served filesystem whose `pid` is the daemon's pid as the host sees it: inside the
+/// namespace sandbox the serving process is pid 1 of its own pid namespace, while a host
+/// user signals the process the launcher started (the supervisor, which forwards signals).
+pub struct HostPid<C> {
+    /// The filesystem.
+    pub fs: Arc<C>,
+    /// The pid the launcher started (the pid file's).
+    pub pid: u32,
+}
+
+impl<C: Control> Control for HostPid<C> {
+    fn ctl_keys(&self) -> Vec<String> {
+        self.fs.ctl_keys()
+    }
+
+    fn ctl_get(&self, key: &str) -> Result<String, CtlError> {
+        let k = key.trim();
+        if k.strip_prefix(client::KEY_PREFIX).unwrap_or(k) == "pid" {
+            return Ok(self.pid.to_string());
+        }
+        self.fs.ctl_get(key)
+    }
+
+    fn ctl_set(&self, key: &str, value: &str, dirs: Vec<OwnedFd>) -> Result<String, CtlError> {
+        self.fs.ctl_set(key, value, dirs)
+    }
+
+    fn ctl_query(&self, path: &str, what: &str) -> Result<Vec<Vec<u8>>, CtlError> {
+        self.fs.ctl_query(path, what)
+    }
+}
+
 /// Serves the daemon's control socket, if it has one, on a thread of its own. A failure to
 /// start it is logged: the daemon serves the guest without it.
 pub fn start(daemon: &mut crate::vhost::Daemon<UnionFs>) {
     let Some(socket) = daemon.take_control() else {
         return;
     };
-    let fs: Arc<UnionFs> = daemon.fs();
+    let fs = Arc::new(HostPid {
+        fs: daemon.fs(),
+        pid: daemon.host_pid(),
+    });
     if let Err(e) = server::spawn(socket.listener, socket.group, fs) {
         warn!("ctl: cannot start the control socket's thread: {e}");
     }

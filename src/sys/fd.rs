@@ -95,6 +95,40 @@ pub fn adopt_listener(fd: RawFd) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Takes ownership of the inherited connected unix stream socket `fd` (the sandbox's
+/// supervisor's end of its channel to the child, passed across its exec). Fails if it is not
+/// an open unix stream socket or was already adopted. Made close-on-exec.
+pub fn adopt_stream(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    if sockopt_int(fd, libc::SO_DOMAIN)? != libc::AF_UNIX
+        || sockopt_int(fd, libc::SO_TYPE)? != libc::SOCK_STREAM
+        || sockopt_int(fd, libc::SO_ACCEPTCONN)? != 0
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a connected unix stream socket",
+        ));
+    }
+    let mut adopted = ADOPTED.locked();
+    if adopted.contains(&fd) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "fd already adopted",
+        ));
+    }
+    // SAFETY: fd is an open socket (getsockopt answered) handed to this process for this use
+    // alone, adopted only once (ADOPTED): no other object in this process owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    adopted.push(fd);
+    // SAFETY: F_SETFD with FD_CLOEXEC only changes descriptor flags of an fd we now own.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,9 @@ pub const SUPERVISOR_ENV: &str = "UNION_VIRTIOFSD_SUPERVISE";
 /// The socket whose files the re-executed supervisor removes once the child is gone (unset
 /// with `--fd`).
 pub const SUPERVISOR_SOCKET_ENV: &str = "UNION_VIRTIOFSD_SUPERVISE_SOCKET";
+/// The `--ctl-socket` the re-executed supervisor removes once the child is gone (unset when
+/// there is none, or it is `<socket>.ctl`).
+pub const SUPERVISOR_CTL_ENV: &str = "UNION_VIRTIOFSD_SUPERVISE_CTL";
 
 /// In the parent, right after [`enter`]: replaces this process's image with a fresh one of
 /// the same binary (`/proc/self/exe`, same arguments) that only supervises `child`, told so
@@ -123,7 +126,7 @@ pub const SUPERVISOR_SOCKET_ENV: &str = "UNION_VIRTIOFSD_SUPERVISE_SOCKET";
 /// command line, the configuration, the union). The pid, the signal mask and the pending
 /// SIGTERM/SIGINT/SIGHUP carry over (std's `Command` would clear the mask, delivering them
 /// before the new image can forward them). Returns only if the exec fails.
-pub fn exec_supervisor(child: libc::pid_t, socket: Option<&Path>) -> io::Error {
+pub fn exec_supervisor(child: libc::pid_t, env: &[(&str, std::ffi::OsString)]) -> io::Error {
     use std::ffi::{CString, OsStr};
     use std::os::unix::ffi::OsStrExt;
     let c = |s: &OsStr| {
@@ -135,7 +138,7 @@ pub fn exec_supervisor(child: libc::pid_t, socket: Option<&Path>) -> io::Error {
             .collect::<io::Result<Vec<_>>>()?;
         let mut envp = Vec::new();
         for (k, v) in std::env::vars_os() {
-            if k == SUPERVISOR_ENV || k == SUPERVISOR_SOCKET_ENV {
+            if k == SUPERVISOR_ENV || env.iter().any(|(name, _)| k == *name) {
                 continue;
             }
             let mut kv = k;
@@ -144,9 +147,9 @@ pub fn exec_supervisor(child: libc::pid_t, socket: Option<&Path>) -> io::Error {
             envp.push(c(&kv)?);
         }
         envp.push(c(OsStr::new(&format!("{SUPERVISOR_ENV}={child}")))?);
-        if let Some(p) = socket {
-            let mut kv = std::ffi::OsString::from(format!("{SUPERVISOR_SOCKET_ENV}="));
-            kv.push(p);
+        for (name, value) in env {
+            let mut kv = std::ffi::OsString::from(format!("{name}="));
+            kv.push(value);
             envp.push(c(&kv)?);
         }
         Ok((argv, envp))
@@ -168,9 +171,12 @@ pub fn exec_supervisor(child: libc::pid_t, socket: Option<&Path>) -> io::Error {
     io::Error::last_os_error()
 }
 
-/// In the parent: forwards SIGTERM/SIGINT (and SIGHUP, which re-reads `--config`) to `child` until it exits; returns its exit code
-/// (128 + signal if it was killed). Single-threaded: SIGCHLD wakes it when the child is gone.
-pub fn supervise(child: libc::pid_t) -> i32 {
+/// In the parent: forwards SIGTERM/SIGINT to `child` until it exits; returns its exit code
+/// (128 + signal if it was killed). SIGHUP (re-read `--config`) goes to `on_hup` if given
+/// (which reads the file where the host's paths are seen; `false`: it could not, and the
+/// child gets SIGHUP), else to the child.
+/// Single-threaded: SIGCHLD wakes it when the child is gone.
+pub fn supervise(child: libc::pid_t, on_hup: Option<&dyn Fn() -> bool>) -> i32 {
     use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
     let reap = || {
         let mut status = 0;
@@ -199,6 +205,8 @@ pub fn supervise(child: libc::pid_t) -> i32 {
             if let Some(code) = reap() {
                 return code;
             }
+        } else if sig == SIGHUP && on_hup.is_some_and(|f| f()) {
+            // Handled where the host's paths are seen.
         } else {
             // SAFETY: kill with plain integers.
             unsafe { libc::kill(child, sig) };

@@ -3,6 +3,7 @@
 
 mod backend;
 mod chain;
+pub mod ctl_socket;
 mod dispatch;
 mod frontend;
 mod init;
@@ -78,6 +79,9 @@ pub struct DaemonConfig {
     pub allow_mmap: bool,
     /// Group that gets the socket (`--socket-group`): group read/write, no access for others.
     pub socket_group: Option<u32>,
+    /// `--ctl-socket`: where the control socket goes instead of `<socket>.ctl` (with `--fd`,
+    /// the only way to have one).
+    pub ctl_socket: Option<PathBuf>,
     /// How the session moves to another daemon (`--migration-*`).
     pub migration: Migration,
     /// `--upgrade PIDFILE`: take the session over from the daemon running on this socket.
@@ -123,6 +127,9 @@ pub enum Error {
     /// `--socket-path` cannot be used (bad input: nothing was made).
     #[error("{0}")]
     SocketPath(#[from] socket_path::Error),
+    /// `--ctl-socket` cannot be used (bad input: nothing was made).
+    #[error("{0}")]
+    CtlSocket(#[from] ctl_socket::Error),
     /// The pid file could not be created or locked.
     #[error("cannot create pid file {path}: {source}")]
     PidFile {
@@ -154,21 +161,60 @@ pub enum Error {
 }
 
 /// Checks what can be checked of where the daemon will listen before making anything:
-/// for `--socket-path`, its length, its directory and what is already there.
-pub fn check_listen(cfg: &DaemonConfig) -> Result<(), socket_path::Error> {
-    match &cfg.listen {
-        // With --upgrade, the daemon taken over from serves on it.
-        Listen::Path(p) if cfg.upgrade.is_some() => socket_path::check_files(p),
-        Listen::Path(p) => socket_path::check(p),
-        Listen::Fd(_) => Ok(()),
+/// for `--socket-path` and `--ctl-socket`, their length, their directory and what is
+/// already there.
+pub fn check_listen(cfg: &DaemonConfig) -> Result<(), Error> {
+    let ctl = cfg.ctl_path();
+    if let (Some(c), Listen::Path(p)) = (&cfg.ctl_socket, &cfg.listen) {
+        ctl_socket::check_apart(c, p)?;
     }
+    match &cfg.listen {
+        // With --upgrade, the daemon taken over from serves on them.
+        Listen::Path(p) if cfg.upgrade.is_some() => {
+            socket_path::check_files(p, ctl.as_deref().unwrap_or(p))?
+        }
+        Listen::Path(p) => socket_path::check(p, ctl.as_deref().unwrap_or(p))?,
+        Listen::Fd(_) => {}
+    }
+    if let Some(c) = cfg.explicit_ctl_socket().filter(|_| cfg.upgrade.is_none()) {
+        ctl_socket::check(c)?;
+    }
+    Ok(())
+}
+
+impl DaemonConfig {
+    /// Where the control socket goes: `--ctl-socket`, else `<socket>.ctl` beside
+    /// `--socket-path`; none with `--fd` alone.
+    pub fn ctl_path(&self) -> Option<PathBuf> {
+        match (&self.ctl_socket, &self.listen) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Listen::Path(p)) => Some(ctl_path(p)),
+            (None, Listen::Fd(_)) => None,
+        }
+    }
+
+    /// `--ctl-socket` when it is not `<socket>.ctl`: a file the daemon removes by itself,
+    /// apart from the socket's.
+    pub fn explicit_ctl_socket(&self) -> Option<&Path> {
+        let c = self.ctl_socket.as_deref()?;
+        match &self.listen {
+            Listen::Path(p) if ctl_path(p) == c => None,
+            _ => Some(c),
+        }
+    }
+}
+
+/// Removes the control socket `--ctl-socket` named (on exit; the sandbox's parent does it
+/// for its child), if it is still a socket.
+pub fn remove_ctl_socket(path: &Path) {
+    let _ = crate::sys::files::remove_stale_socket(path);
 }
 
 impl Error {
     /// Whether the command line is at fault (a `--socket-path` the daemon will not use):
     /// nothing was made, and the caller exits 2 as for any bad input.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, Error::SocketPath(_))
+        matches!(self, Error::SocketPath(_) | Error::CtlSocket(_))
     }
 }
 
@@ -235,8 +281,11 @@ struct Sockets {
     ctl_staged: Option<crate::sys::files::Staged>,
     /// The vhost-user handler's own socket, and the tap's connection to it.
     inner: (UnixListener, UnixStream),
-    /// This daemon's pid as the host sees it (before a pid namespace), for the pid file.
+    /// This daemon's pid as the host sees it (before a pid namespace), for the pid file and
+    /// `ctl get pid`.
     pid: u32,
+    /// `--ctl-socket` away from `<socket>.ctl`, removed on exit.
+    own_ctl: Option<PathBuf>,
 }
 
 /// A bound socket (and locked pid file) with no thread started yet: the moment to enter a
@@ -260,10 +309,11 @@ impl Bound {
             let mut r = upgrade::receive(pid_file).map_err(Error::Upgrade)?;
             info!("upgrade: took the session of pid {} over", r.old_pid);
             // The session matters more than the control socket: without one, serve on.
-            let ctl = ctl_path(path);
+            let ctl = cfg.ctl_path().unwrap_or_else(|| ctl_path(path));
             let (ctl, ctl_staged) =
                 match crate::sys::files::bind_staged(&ctl, 0o600, cfg.socket_group) {
                     Ok((listener, staged)) => {
+                        info!("control socket: {}", ctl.display());
                         let group = cfg.socket_group;
                         (Some(ControlSocket { listener, group }), Some(staged))
                     }
@@ -285,6 +335,7 @@ impl Bound {
                 path: Some(path.clone()),
                 inner,
                 pid: std::process::id(),
+                own_ctl: cfg.explicit_ctl_socket().map(Path::to_path_buf),
             };
             return Ok(Bound {
                 sockets,
@@ -297,7 +348,8 @@ impl Bound {
         let mut ctl = None;
         let (listener, path) = match &cfg.listen {
             Listen::Path(p) => {
-                let b = socket_path::bind(p, cfg.socket_group)?;
+                let c = cfg.ctl_path().unwrap_or_else(|| ctl_path(p));
+                let b = socket_path::bind(p, &c, cfg.socket_group)?;
                 pid_file = Some(b.pid_file);
                 upgrades = Some(b.upgrades);
                 ctl = Some(b.ctl);
@@ -306,9 +358,18 @@ impl Bound {
             Listen::Fd(fd) => {
                 let l = crate::sys::fd::adopt_listener(*fd)
                     .map_err(|source| Error::AdoptFd { fd: *fd, source })?;
+                if let Some(c) = &cfg.ctl_socket {
+                    let listener = ctl_socket::bind(c, cfg.socket_group)?;
+                    let group = cfg.socket_group;
+                    ctl = Some(ControlSocket { listener, group });
+                }
                 (l, None)
             }
         };
+        match (&ctl, cfg.ctl_path()) {
+            (Some(_), Some(c)) => info!("control socket: {}", c.display()),
+            _ => info!("no control socket (--fd without --ctl-socket)"),
+        }
         Ok(Bound {
             sockets: Sockets {
                 listener: Some(listener),
@@ -320,6 +381,7 @@ impl Bound {
                 ctl_staged: None,
                 inner,
                 pid: std::process::id(),
+                own_ctl: cfg.explicit_ctl_socket().map(Path::to_path_buf),
             },
             signals,
             cfg: cfg.clone(),
@@ -329,6 +391,11 @@ impl Bound {
     /// The socket path, if the daemon created one.
     pub fn path(&self) -> Option<&std::path::Path> {
         self.sockets.path.as_deref()
+    }
+
+    /// `--ctl-socket`, when it is a file of its own (not `<socket>.ctl`).
+    pub fn own_ctl(&self) -> Option<&std::path::Path> {
+        self.sockets.own_ctl.as_deref()
     }
 
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
@@ -387,7 +454,13 @@ where
         self.fs.clone()
     }
 
-    /// The control socket (`<socket>.ctl`; none with `--fd`), to serve beside the daemon.
+    /// This daemon's pid as the host sees it: the process a launcher started and may signal
+    /// (the sandbox's supervisor, which forwards signals to the serving child).
+    pub fn host_pid(&self) -> u32 {
+        self.sockets.pid
+    }
+
+    /// The control socket (`<socket>.ctl` or `--ctl-socket`), to serve beside the daemon.
     /// With `--upgrade` it takes the running daemon's place once [`Daemon::run`] has the
     /// session.
     pub fn take_control(&mut self) -> Option<ControlSocket> {
@@ -534,6 +607,9 @@ where
         }
         if let Some(p) = &sockets.path {
             remove_socket_files(p);
+        }
+        if let Some(c) = &sockets.own_ctl {
+            remove_ctl_socket(c);
         }
         for h in &handlers {
             h.send_exit_event();

@@ -136,7 +136,7 @@ pub fn beside(socket: &Path, suffix: &str) -> PathBuf {
 }
 
 /// The socket's directory (`.` for a bare name).
-fn directory_of(socket: &Path) -> PathBuf {
+pub(super) fn directory_of(socket: &Path) -> PathBuf {
     match socket.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         Some(_) => PathBuf::from("."),
@@ -145,7 +145,7 @@ fn directory_of(socket: &Path) -> PathBuf {
 }
 
 /// What a file of type `t` is, for a message.
-fn kind(t: std::fs::FileType) -> &'static str {
+pub(super) fn kind(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
     } else if t.is_symlink() {
@@ -166,10 +166,11 @@ fn kind(t: std::fs::FileType) -> &'static str {
 }
 
 /// Checks everything about `--socket-path` that can be checked without making a file: its
-/// length, its directory, what is already at `S`, `S.pid`, `S.ctl` and `S.upgrade`, and
-/// that no process serves on `S` (no daemon holds `S.pid`, nothing accepts on `S`).
-pub fn check(path: &Path) -> Result<(), Error> {
-    check_files(path)?;
+/// length, its directory, what is already at `S`, `S.pid`, `S.upgrade` and (when the control
+/// socket `ctl` is the default one) `S.ctl`, and that no process serves on `S` (no daemon
+/// holds `S.pid`, nothing accepts on `S`).
+pub fn check(path: &Path, ctl: &Path) -> Result<(), Error> {
+    check_files(path, ctl)?;
     let pid_path = beside(path, ".pid");
     // A pid file not ours to read (another user's daemon): whether its socket answers tells.
     if crate::sys::files::pid_file_is_locked(&pid_path).unwrap_or(false) {
@@ -211,7 +212,7 @@ fn probe(path: &Path) -> Result<(), Error> {
 
 /// [`check`] without looking for a process that serves on `S`: what `--upgrade` checks
 /// (the daemon it takes over from serves there).
-pub fn check_files(path: &Path) -> Result<(), Error> {
+pub fn check_files(path: &Path, ctl: &Path) -> Result<(), Error> {
     let len = path.as_os_str().len();
     let max = SUN_PATH_MAX - LONGEST_SUFFIX.len();
     if len > max {
@@ -270,7 +271,8 @@ pub fn check_files(path: &Path) -> Result<(), Error> {
             kind: kind(t),
         });
     }
-    for file in [beside(path, ".ctl"), upgrade::channel_path(path)] {
+    let beside_ctl = Some(beside(path, ".ctl")).filter(|d| d == ctl);
+    for file in beside_ctl.into_iter().chain([upgrade::channel_path(path)]) {
         if let Some(t) = at(&file)?.filter(|t| !t.is_socket()) {
             let kind = kind(t);
             return Err(Error::NotASocketBeside {
@@ -320,10 +322,12 @@ impl Drop for Made {
 }
 
 /// Checks `path` ([`check`]), locks `S.pid`, replaces a stale socket (no daemon holds the
-/// pid file, no process accepts on it) and binds `S`, `S.upgrade` and `S.ctl`, each socket
-/// given to `group` if there is one. On failure, what was made is removed.
-pub(super) fn bind(path: &Path, group: Option<u32>) -> Result<Bound, VhostError> {
-    check_files(path)?;
+/// pid file, no process accepts on it) and binds `S`, `S.upgrade` and the control socket
+/// `ctl` (`S.ctl`, or `--ctl-socket`), each socket given to `group` if there is one. On
+/// failure, what was made is removed.
+pub(super) fn bind(path: &Path, ctl_path: &Path, group: Option<u32>) -> Result<Bound, VhostError> {
+    check_files(path, ctl_path)?;
+    let own_ctl = *ctl_path == beside(path, ".ctl");
     let pid_path = beside(path, ".pid");
     let existed = std::fs::symlink_metadata(&pid_path).is_ok();
     let pid_file = crate::sys::files::write_pid_file(&pid_path).map_err(|source| {
@@ -373,10 +377,17 @@ pub(super) fn bind(path: &Path, group: Option<u32>) -> Result<Bound, VhostError>
     let channel = upgrade::channel_path(path);
     let upgrades = listen(&channel, Some(0o600))?;
     made.paths.push(channel);
-    let ctl_path = beside(path, ".ctl");
-    let ctl = listen(&ctl_path, Some(0o600))?;
-    made.paths.push(ctl_path.clone());
-    give(&ctl_path)?;
+    let ctl = if own_ctl {
+        let ctl = listen(ctl_path, Some(0o600))?;
+        made.paths.push(ctl_path.into());
+        give(ctl_path)?;
+        ctl
+    } else {
+        // Not covered by the pid file's lock: checked for a process serving on it.
+        let ctl = super::ctl_socket::bind(ctl_path, group)?;
+        made.paths.push(ctl_path.into());
+        ctl
+    };
     made.paths.clear();
     Ok(Bound {
         listener,
@@ -389,8 +400,9 @@ pub(super) fn bind(path: &Path, group: Option<u32>) -> Result<Bound, VhostError>
     })
 }
 
-/// Removes the socket, its pid file, upgrade channel and control socket (on exit; the
-/// sandbox's parent does it for its child).
+/// Removes the socket, its pid file, upgrade channel and control socket `<socket>.ctl` (on
+/// exit; the sandbox's parent does it for its child). A `--ctl-socket` elsewhere is removed
+/// by [`super::remove_ctl_socket`].
 pub fn remove_socket_files(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(upgrade::channel_path(path));
@@ -416,7 +428,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = d.path().join("s");
         let _other = UnixListener::bind(&s).unwrap();
-        let e = bind(&s, None).err().unwrap();
+        let e = bind(&s, &beside(&s, ".ctl"), None).err().unwrap();
         assert!(
             matches!(e, VhostError::SocketPath(Error::Served { .. })),
             "{e}"
@@ -428,16 +440,16 @@ mod tests {
     fn a_second_start_on_a_bound_socket_is_refused_and_changes_nothing() {
         let d = tempfile::tempdir().unwrap();
         let s = d.path().join("s");
-        let first = bind(&s, None).unwrap();
+        let first = bind(&s, &beside(&s, ".ctl"), None).unwrap();
         let all = ["s", "s.ctl", "s.pid", "s.upgrade"];
         assert_eq!(names(d.path()), all);
-        let e = bind(&s, None).err().unwrap();
+        let e = bind(&s, &beside(&s, ".ctl"), None).err().unwrap();
         let want = format!("another daemon (pid {})", std::process::id());
         assert!(e.to_string().contains(&want), "{e}");
         assert_eq!(names(d.path()), all);
         drop(first);
         // Its daemon gone, the socket and pid file are stale: replaced.
-        let _second = bind(&s, None).unwrap();
+        let _second = bind(&s, &beside(&s, ".ctl"), None).unwrap();
         assert_eq!(names(d.path()), all);
     }
 
@@ -446,9 +458,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let room = SUN_PATH_MAX - LONGEST_SUFFIX.len() - d.path().as_os_str().len() - 1;
         let longest = d.path().join("s".repeat(room));
-        let _b = bind(&longest, None).unwrap();
+        let _b = bind(&longest, &beside(&longest, ".ctl"), None).unwrap();
         let over = d.path().join("t".repeat(room + 1));
-        let e = check(&over).unwrap_err();
+        let e = check(&over, &beside(&over, ".ctl")).unwrap_err();
         assert!(
             matches!(e, Error::TooLong { len, max: 99, .. } if len == 100),
             "{e}"

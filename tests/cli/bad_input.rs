@@ -263,8 +263,40 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
             &["--fd", "3", "--upgrade", "/x.pid", "--branch", &branch],
             "--fd",
         ),
-        // TODO(--ctl-socket): a bad --ctl-socket (missing directory, a regular file, the
-        // running daemon's) once the option exists.
+        // --ctl-socket.
+        bad(
+            &["--ctl-socket", &s(p("no/such/c"))],
+            format!(
+                "--ctl-socket {}: directory {} does not exist",
+                s(p("no/such/c")),
+                s(p("no/such"))
+            )
+            .as_str(),
+        ),
+        bad(
+            &["--ctl-socket", &s(p("file"))],
+            "a regular file is there, not a socket: not removing it",
+        ),
+        bad(
+            &["--ctl-socket", &s(p("served"))],
+            "a process accepts connections on it: not replacing it",
+        ),
+        bad(
+            &["--ctl-socket", &ctl.display().to_string()],
+            "a process accepts connections on it",
+        ),
+        bad(
+            &["--ctl-socket", &sock],
+            "the daemon's own vhost-user socket is there",
+        ),
+        bad(
+            &["--ctl-socket", &s(p("s.pid"))],
+            "the daemon's own pid file is there",
+        ),
+        bad(
+            &["--ctl-socket", &s(long.clone())],
+            "bytes long, over the limit of 107 for a unix socket path",
+        ),
         // --socket-path.
         socket_at(
             &p("file"),

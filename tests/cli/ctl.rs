@@ -286,11 +286,10 @@ fn upgrade_case(sandbox: &str) {
     let m = std::fs::metadata(&p).unwrap();
     assert_ne!(m.ino(), old_ino, "{sandbox}: {}", new_log());
     assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    // The host's pids, in the sandbox too (the supervisor each launcher started).
     let pid = ctl_ok(&old, &["get", "pid"]);
-    if sandbox == "none" {
-        assert_ne!(pid, old_pid);
-        assert_eq!(pid.trim(), new.id().to_string(), "{}", new_log());
-    }
+    assert_eq!(old_pid.trim(), old.proc.pid().to_string());
+    assert_eq!(pid.trim(), new.id().to_string(), "{sandbox}: {}", new_log());
     let names: Vec<_> = std::fs::read_dir(old.tmp.path().join("run"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -304,4 +303,257 @@ fn upgrade_case(sandbox: &str) {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(!p.exists(), "{sandbox}: {}", new_log());
+}
+
+/// libvirt, kata and mkosi pass a listening socket (`--fd`): there is no `<socket>.ctl`, and
+/// `--ctl-socket` (any name) is where `ctl` reaches the daemon, logged at start, removed at
+/// exit; a file in its place is refused (exit 2) and left as it was.
+#[test]
+fn with_fd_the_control_socket_is_where_ctl_socket_says() {
+    testkit::alone::in_own_process(|| {
+        use std::os::fd::AsRawFd;
+        let d = tempfile::tempdir().unwrap();
+        let branch = d.path().join("a");
+        std::fs::create_dir(&branch).unwrap();
+        let sock = d.path().join("vhost.sock");
+        let ctl_sock = d.path().join("control");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::empty()).unwrap();
+        let fd = listener.as_raw_fd().to_string();
+        let log = d.path().join("log");
+        let mut child = testkit::proc::daemon()
+            .args(["--fd", &fd, "--branch"])
+            .arg(&branch)
+            .arg("--ctl-socket")
+            .arg(&ctl_sock)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        drop(listener);
+        let text = || std::fs::read_to_string(&log).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !std::fs::metadata(&ctl_sock).is_ok_and(|m| m.file_type().is_socket()) {
+            assert!(Instant::now() < deadline, "no control socket\n{}", text());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            text().contains(&format!("control socket: {}", ctl_sock.display())),
+            "{}",
+            text()
+        );
+        let m = std::fs::metadata(&ctl_sock).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert!(!d.path().join("vhost.sock.ctl").exists());
+        let run = |args: &[&str]| {
+            let out = Command::new(daemon_path())
+                .arg("ctl")
+                .arg("--ctl-socket")
+                .arg(&ctl_sock)
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success(), "ctl {args:?}: {err}\n{}", text());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(run(&["get", "pid"]).trim(), child.id().to_string());
+        run(&["set", "category.create", "mfs"]);
+        assert_eq!(run(&["get", "category.create"]).trim(), "mfs");
+
+        // A second daemon on the same control socket is refused: bad input, nothing changed.
+        let other = d.path().join("other");
+        let out = testkit::proc::daemon()
+            .arg("--socket-path")
+            .arg(&other)
+            .arg("--branch")
+            .arg(&branch)
+            .arg("--ctl-socket")
+            .arg(&ctl_sock)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("a process accepts connections on it: not replacing it"),
+            "{err}"
+        );
+        assert!(!other.exists() && !d.path().join("other.pid").exists());
+        assert_eq!(run(&["get", "category.create"]).trim(), "mfs");
+
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        assert_eq!(
+            testkit::proc::wait_exit(&mut child, Duration::from_secs(20)),
+            0
+        );
+        assert!(!ctl_sock.exists(), "{} left behind", ctl_sock.display());
+
+        // What is not a socket is never replaced.
+        std::fs::write(&ctl_sock, "mine").unwrap();
+        let out = testkit::proc::daemon()
+            .arg("--socket-path")
+            .arg(&other)
+            .arg("--branch")
+            .arg(&branch)
+            .arg("--ctl-socket")
+            .arg(&ctl_sock)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!(
+                "--ctl-socket {}: a regular file is there, not a socket: not removing it",
+                ctl_sock.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&ctl_sock).unwrap(), b"mine");
+        assert!(!other.exists());
+    });
+}
+
+/// `ctl-socket=PATH` in `--config` (libvirt passes no option of the user's own) overrides
+/// `<socket>.ctl`, and the daemon leaves no `<socket>.ctl`.
+#[test]
+fn the_config_file_can_name_the_control_socket() {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("pool.conf");
+    let ctl_sock = conf_dir.path().join("pool.ctl-sock");
+    std::fs::write(&conf, format!("ctl-socket={}\n", ctl_sock.display())).unwrap();
+    let mut d = Daemon::start(&["a"], &["--config", conf.to_str().unwrap()]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ctl_sock.exists() {
+        assert!(Instant::now() < deadline, "no control socket\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, out, err) = ctl::run(&ctl_sock, &["get", "pid"]);
+    // `--socket` with a name not ending in .ctl means the vhost socket: use --ctl-socket.
+    assert_eq!(code, 2, "{out}{err}");
+    let out = Command::new(daemon_path())
+        .args(["ctl", "--ctl-socket"])
+        .arg(&ctl_sock)
+        .args(["get", "pid"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        d.proc.pid().to_string()
+    );
+    assert!(!PathBuf::from(format!("{}.ctl", d.socket().display())).exists());
+    sigterm_and_wait(&mut d);
+    assert!(!ctl_sock.exists(), "{} left behind", ctl_sock.display());
+}
+
+/// In the default (namespace) sandbox the serving child is pid 1 of its own namespace:
+/// `ctl get pid` is the pid the launcher started, the one a host user signals.
+#[test]
+fn ctl_get_pid_is_the_host_pid() {
+    for sandbox in ["namespace", "none"] {
+        let d = Daemon::start(&["a"], &["--sandbox", sandbox]);
+        let _ = ctl_path(&d);
+        assert_eq!(
+            ctl_ok(&d, &["get", "pid"]).trim(),
+            d.proc.pid().to_string(),
+            "{sandbox}"
+        );
+        assert_eq!(
+            ctl_ok(&d, &["get", "user.mergerfs.pid"]).trim(),
+            d.proc.pid().to_string()
+        );
+    }
+}
+
+/// SIGHUP adds and removes branches under the default namespace sandbox, where the serving
+/// child sees no host path: the supervisor reads the file and opens the directories, as `ctl`
+/// does. A missing branch is named in the refusal, and nothing changes.
+#[test]
+fn sighup_changes_branches_in_the_namespace_sandbox() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for n in ["c1", "c2", "c3"] {
+        std::fs::create_dir(r.join(n)).unwrap();
+    }
+    std::fs::write(r.join("c3/only-in-c3"), "three").unwrap();
+    let conf = r.join("pool.conf");
+    let c = |n: &str| r.join(n).display().to_string();
+    std::fs::write(&conf, format!("branches={}:{}\n", c("c1"), c("c2"))).unwrap();
+    let d = Daemon::start(&["a"], &["--config", conf.to_str().unwrap()]);
+    let _ = ctl_path(&d);
+    // The socket is there before the sandbox; the serving child logs this inside it.
+    d.wait_for_log("sandbox: new mount");
+    ctl_ok(&d, &["get", "pid"]);
+    let hup = |text: String| {
+        std::fs::write(&conf, text).unwrap();
+        let pid = rustix::process::Pid::from_raw(d.proc.pid() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    };
+    // A glob, as at start: c1, c2 and the new c3 (pool.conf, a file, is skipped).
+    hup(format!("branches={}/*\n", r.display()));
+    d.wait_for_log("SIGHUP: re-read");
+    let branches = ctl_ok(&d, &["get", "srcmounts"]);
+    assert_eq!(
+        branches.trim(),
+        format!("{}:{}:{}", c("c1"), c("c2"), c("c3")),
+        "{}",
+        d.log()
+    );
+    let mut dev = d.session();
+    let e = dev
+        .lookup(vufs_frontend::ops::ROOT_ID, b"only-in-c3")
+        .unwrap_or_else(|e| panic!("lookup on the branch SIGHUP added: {e}\n{}", d.log()));
+    let fh = dev.open(e.nodeid, libc::O_RDONLY as u32).unwrap().fh;
+    assert_eq!(dev.read(e.nodeid, fh, 0, 16).unwrap(), b"three");
+
+    hup(format!("branches={}:{}\n", c("c1"), c("c9")));
+    d.wait_for_log("nothing changed");
+    let line = std::fs::read_to_string(d.tmp.path().join("run/daemon.log"))
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("nothing changed"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains(&format!("branch {}: No such file", c("c9"))),
+        "{line}"
+    );
+    assert!(!line.contains(&format!("{}:", c("c1"))), "{line}");
+    assert_eq!(
+        ctl_ok(&d, &["get", "srcmounts"])
+            .trim()
+            .matches(':')
+            .count(),
+        2
+    );
+}
+
+/// A `ctl` branch glob that also matches a regular file adds the directories it matches, as
+/// the same glob does at start.
+#[test]
+fn a_ctl_glob_skips_files_as_at_start() {
+    let d = Daemon::start(&["a"], &[]);
+    let _ = ctl_path(&d);
+    let extra = d.tmp.path().join("extra");
+    for n in ["disk1", "disk2"] {
+        std::fs::create_dir_all(extra.join(n)).unwrap();
+    }
+    std::fs::write(extra.join("disk-notes.txt"), "").unwrap();
+    ctl_ok(
+        &d,
+        &["set", "branches", &format!("+>{}/disk*", extra.display())],
+    );
+    let canon = std::fs::canonicalize(&extra).unwrap();
+    let srcmounts = ctl_ok(&d, &["get", "srcmounts"]);
+    let want = format!(
+        "{}:{}:{}",
+        d.branches[0].display(),
+        canon.join("disk1").display(),
+        canon.join("disk2").display()
+    );
+    assert_eq!(srcmounts.trim(), want);
+    let e = ctl::fails(
+        &d.socket(),
+        &["set", "branches", &format!("+{}/disk-*", extra.display())],
+    );
+    assert!(e.ends_with("disk-*: no such directory"), "{e}");
 }

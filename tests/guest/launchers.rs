@@ -1,5 +1,5 @@
 //! Real launchers start the daemon unchanged: each launcher's exact virtiofsd command line
-//! (from its source; see README "Using it with …") is replayed here, the test guest boots
+//! (from its source; see docs/src/launchers.md) is replayed here, the test guest boots
 //! through the daemon it started, reads a file the host put in the share and writes one the
 //! host then reads. Launchers that pass an inherited listening socket (`--fd`) get one from a
 //! small Python wrapper that binds, listens, moves the socket to the fd number the launcher

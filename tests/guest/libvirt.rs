@@ -169,8 +169,8 @@ fn domain_xml(name: &str, dir: &Path, binary: &Path, share: &Path) -> String {
 
 /// A wrapper libvirt runs as the daemon: records its arguments and its pid (which the daemon
 /// keeps), optionally hides `separate-options` from `--print-capabilities`, and execs the real
-/// daemon.
-fn wrapper(dir: &Path, separate_options: bool) -> PathBuf {
+/// daemon with `extra` arguments before libvirt's (as packaging/libvirt-pool-wrapper does).
+fn wrapper(dir: &Path, separate_options: bool, extra: &str) -> PathBuf {
     let daemon = guest::daemon_path();
     let caps = if separate_options {
         format!("exec {} --print-capabilities", daemon.display())
@@ -179,7 +179,7 @@ fn wrapper(dir: &Path, separate_options: bool) -> PathBuf {
     };
     let script = format!(
         "#!/bin/sh\nif [ \"$1\" = --print-capabilities ]; then {caps}; fi\n\
-         echo \"$@\" >{dir}/args\necho $$ >>{dir}/pids\nexec {daemon} \"$@\"\n",
+         echo \"$@\" >{dir}/args\necho $$ >>{dir}/pids\nexec {daemon} {extra} \"$@\"\n",
         dir = dir.display(),
         daemon = daemon.display()
     );
@@ -207,13 +207,23 @@ impl Vm {
     /// Prepares domain `name` without starting it: a work directory QEMU can reach, an empty
     /// share, the initramfs with `scenario`, and the wrapper.
     fn new(name: &str, scenario: &str, separate_options: bool) -> Self {
+        Self::with_args(name, scenario, separate_options, |_| String::new())
+    }
+
+    /// [`Vm::new`], the wrapper passing the daemon `extra(work directory)` arguments too.
+    fn with_args(
+        name: &str,
+        scenario: &str,
+        separate_options: bool,
+        extra: impl FnOnce(&Path) -> String,
+    ) -> Self {
         let _ = virsh(&["destroy", name]);
         let work = tempfile::tempdir().unwrap();
         let dir = work.path();
         fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
         fs::create_dir(dir.join("share")).unwrap();
         initrd_with(dir, scenario);
-        wrapper(dir, separate_options);
+        wrapper(dir, separate_options, &extra(dir));
         Self {
             log_start: fs::metadata(daemon_log_path(name)).map_or(0, |m| m.len()),
             name: name.to_owned(),
@@ -503,4 +513,87 @@ fn virsh_save_and_restore_carry_the_guest_across() {
         .find(|l| l.contains("device state loaded:"))
         .unwrap_or_else(|| panic!("the restored daemon loaded no device state:\n{log}"));
     assert!(loaded.ends_with(", 0 lost"), "{loaded}");
+}
+
+/// The guest waits for a file of a branch the host adds while it runs, then for it to go
+/// when the host removes that branch. Each look drops the guest's caches first (the domain
+/// asks for cache=always, which would keep a dentry for a day).
+const POOL_SCENARIO: &str = r#"
+look() { echo 3 > /proc/sys/vm/drop_caches; [ -e /mnt/added.txt ]; }
+echo "=== ADD NOW ==="
+waited=0
+until look; do
+    [ "$waited" -lt 120 ] || fail "added.txt did not appear within 120 s"
+    sleep 1
+    waited=$((waited + 1))
+done
+expect_eq "$(cat /mnt/added.txt)" "from the added branch" "a file of the added branch"
+echo "=== REMOVE NOW ==="
+waited=0
+while look; do
+    [ "$waited" -lt 120 ] || fail "added.txt was still there 120 s after the removal"
+    sleep 1
+    waited=$((waited + 1))
+done
+echo "=== GONE ==="
+"#;
+
+/// libvirt starts the daemon with `--fd` (no socket path, so no `<socket>.ctl`); the wrapper
+/// adds `--ctl-socket`, and `union-virtiofsd ctl` changes the pool through it while the guest
+/// runs: a branch added is seen by the guest, removed no longer. `ctl get pid` is the pid
+/// libvirt started (the daemon runs in its default namespace sandbox).
+#[test]
+fn ctl_changes_the_pool_of_a_daemon_libvirt_started() {
+    let _slot = guest::one_guest();
+    let t0 = Instant::now();
+    ensure_libvirtd();
+    let vm = Vm::with_args("uvfs-libvirt-ctl", POOL_SCENARIO, true, |dir| {
+        format!("--ctl-socket {}/ctl", dir.display())
+    });
+    let added = vm.dir().join("added");
+    fs::create_dir(&added).unwrap();
+    fs::write(added.join("added.txt"), "from the added branch\n").unwrap();
+    let ctl_sock = vm.dir().join("ctl");
+    vm.create();
+    vm.wait_console("=== ADD NOW ===", Duration::from_secs(90));
+    eprintln!("{}: booted after {:?}", vm.name, t0.elapsed());
+    let args = fs::read_to_string(vm.dir().join("args")).unwrap();
+    assert!(args.contains("--fd="), "{args}");
+    let log = vm.daemon_log();
+    assert!(
+        log.contains(&format!("control socket: {}", ctl_sock.display())),
+        "{log}"
+    );
+    let ctl = |args: &[&str]| {
+        let out = Command::new(guest::daemon_path())
+            .arg("ctl")
+            .arg("--ctl-socket")
+            .arg(&ctl_sock)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctl {args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            vm.report()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(ctl(&["get", "pid"]).trim(), vm.daemon_pids()[0].to_string());
+    let added = fs::canonicalize(&added).unwrap();
+    ctl(&["set", "branches", &format!("+>{}=RO", added.display())]);
+    assert!(
+        ctl(&["get", "srcmounts"]).contains(&added.display().to_string()),
+        "{}",
+        vm.report()
+    );
+    vm.wait_console("=== REMOVE NOW ===", Duration::from_secs(90));
+    ctl(&["set", "branches", &format!("-{}", added.display())]);
+    vm.wait_gone(Duration::from_secs(180));
+    eprintln!("{}: gone after {:?}", vm.name, t0.elapsed());
+    let console = vm.console();
+    assert_eq!(guest::scenario_exit(&console), Some(0), "{}", vm.report());
+    assert!(console.contains("=== GONE ==="), "{}", vm.report());
+    assert!(!ctl_sock.exists(), "{} left behind", ctl_sock.display());
 }

@@ -105,9 +105,10 @@ struct Busy {
     /// Where the guest's locks live.
     locks: Locks,
     /// Whether the guest also holds a file it unlinked, written and read through descriptors
-    /// opened before the migration. union-virtiofsd moves it by file handle (README, "Open
-    /// files unlinked in the guest": both daemons here run as root over one tmpfs) and the
-    /// guest reads and writes it afterwards; virtiofsd 1.14's find-paths has no path for it.
+    /// opened before the migration. union-virtiofsd moves it by file handle
+    /// (docs/src/migration.md, "Open files unlinked in the guest": both daemons here run as
+    /// root over one tmpfs) and the guest reads and writes it afterwards; virtiofsd 1.14's
+    /// find-paths has no path for it.
     unlinked: bool,
 }
 
@@ -121,8 +122,8 @@ enum Ends {
     Refused(&'static str),
 }
 
-/// What the previous release says of this build's device state (README, "Across daemon
-/// versions").
+/// What the previous release says of this build's device state (docs/src/migration.md,
+/// "Across daemon versions").
 const REFUSED_BY_THE_PREVIOUS_RELEASE: &str = "device state version 2 is not one this daemon \
     reads (it reads 1 to 1); upgrade the destination";
 
@@ -480,7 +481,7 @@ fn busy_guest_migrates(source: BuildBackend, dest: BuildBackend, busy: Busy, end
             panic!("the source backend held no file named 'unlinked (deleted)': {t}")
         });
         assert_eq!(m.nlink(), 0, "{t}");
-        // The documented outcome (README, "Open files unlinked in the guest"): it moves by
+        // The documented outcome (docs/src/migration.md, "Open files unlinked in the guest"): it moves by
         // file handle, so the destination holds the very inode; the scenario read and wrote it.
         assert!(
             v.holds_unlinked_after,
