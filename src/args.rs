@@ -188,9 +188,22 @@ impl std::str::FromStr for BranchList {
 #[command(
     name = "union-virtiofsd",
     version,
-    about = "vhost-user virtio-fs backend serving a mergerfs-style union of host directories"
+    propagate_version = true,
+    about = "vhost-user virtio-fs backend serving a mergerfs-style union of host directories",
+    long_about = "vhost-user virtio-fs backend serving a mergerfs-style union of host \
+directories.\n\nWithout a command it serves: QEMU, libvirt or cloud-hypervisor start it with \
+--socket-path (or --fd) and the branches; the guest mounts the share with \
+`mount -t virtiofs TAG /mnt`. The commands below are the host's tools around a daemon.",
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
+    subcommand_value_name = "COMMAND",
+    subcommand_help_heading = "Commands"
 )]
 pub struct Args {
+    /// A tool instead of the daemon (ctl, man, completions); options then follow it.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Path of the vhost-user unix socket to create and listen on.
     #[arg(long, value_name = "PATH", conflicts_with = "fd")]
     pub socket_path: Option<PathBuf>,
@@ -219,28 +232,28 @@ pub struct Args {
     /// Worker threads for costly requests (large reads, namespace changes…; cheap ones are
     /// served on the queue thread) (default: number of CPUs); 0 serves everything on the queue
     /// thread.
-    #[arg(long, value_name = "N")]
+    #[arg(hide_short_help = true, long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
 
     /// Largest FUSE request in pages (1..=1020); the effective value is also capped by the
     /// request queue size minus 4.
-    #[arg(long, value_name = "N", default_value_t = 1020)]
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 1020)]
     pub max_pages: u32,
 
     /// Largest WRITE payload in bytes (a multiple of 4096, 4096..=4177920); also capped by
     /// --max-pages. READs still grow to --max-pages: a guest sends a larger O_DIRECT write
     /// as pieces of this size at once, which it prepares while the daemon copies the first.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::vhost::DEFAULT_MAX_WRITE)]
+    #[arg(hide_short_help = true, long, value_name = "BYTES", default_value_t = crate::vhost::DEFAULT_MAX_WRITE)]
     pub max_write: u32,
 
     /// How often, in seconds, while requests flow, the daemon drops its mappings of the guest
     /// memory it has touched (0.01..=3600): the pages stay the guest's, but no longer count in
     /// the daemon's RSS nor fill its page tables; 0 keeps them mapped, as virtiofsd does.
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = release_interval)]
+    #[arg(hide_short_help = true, long, value_name = "SECS", default_value = "1", value_parser = release_interval)]
     pub release_guest_memory: std::time::Duration,
 
     /// Number of request queues offered to the guest (besides the high-priority queue).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 1)]
     pub num_request_queues: u32,
 
     /// Print the vhost-user backend capabilities as JSON and exit.
@@ -263,7 +276,7 @@ pub struct Args {
 
     /// How long, in seconds, the guest may cache names and attributes (sets cache.attr and
     /// cache.entry; default 1).
-    #[arg(long, value_name = "SECS")]
+    #[arg(hide_short_help = true, long, value_name = "SECS")]
     pub cache_timeout: Option<String>,
 
     /// mergerfs-style union options and virtiofsd's legacy keys, `KEY=VALUE,...` (repeatable;
@@ -294,42 +307,48 @@ pub struct Args {
 
     /// Pass extended attributes through (off by default, as in virtiofsd: the guest's first
     /// xattr request gets ENOSYS and it asks no more).
-    #[arg(long, overrides_with = "no_xattr", action = ArgAction::SetTrue)]
+    #[arg(long, conflicts_with = "no_xattr", action = ArgAction::SetTrue)]
     pub xattr: bool,
 
-    /// Do not support extended attributes (the default).
-    #[arg(long, overrides_with = "xattr", action = ArgAction::SetTrue)]
+    /// Do not support extended attributes (the default; refused with --xattr, --posix-acl,
+    /// --security-label and --xattrmap, which need them).
+    #[arg(long, action = ArgAction::SetTrue)]
     pub no_xattr: bool,
 
     // ---- virtiofsd 1.14's command line (launchers pass it unchanged) ----
     /// vhost-user socket path [deprecated alias of --socket-path].
-    #[arg(long = "socket", value_name = "PATH", conflicts_with_all = ["fd", "socket_path"])]
+    #[arg(hide_short_help = true, long = "socket", value_name = "PATH", conflicts_with_all = ["fd", "socket_path"])]
     pub socket: Option<PathBuf>,
 
     /// Group that owns the vhost-user socket (the socket becomes group read/writable).
-    #[arg(long, value_name = "GROUP", conflicts_with = "fd")]
+    #[arg(
+        hide_short_help = true,
+        long,
+        value_name = "GROUP",
+        conflicts_with = "fd"
+    )]
     pub socket_group: Option<String>,
 
     /// The tag the device advertises in its config space (VHOST_USER_PROTOCOL_F_CONFIG; at
     /// most 36 bytes). QEMU supplies its own tag and ignores this one.
-    #[arg(long, value_name = "TAG")]
+    #[arg(hide_short_help = true, long, value_name = "TAG")]
     pub tag: Option<String>,
 
     /// POSIX ACL support (implies --xattr); a bare --posix-acl is `always`: the guest
     /// enforces ACLs, default ACLs are inherited, set-group-ID is cleared as the kernel does.
-    #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
+    #[arg(hide_short_help = true, long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
           default_missing_value = "always")]
     pub posix_acl: Option<NegotiationMode>,
 
     /// Rules renaming, refusing or hiding xattr names between guest and host, in virtiofsd's
     /// syntax (implies --xattr), e.g. `:map::user.virtiofs.:` or
     /// `:prefix:all:trusted.:user.vm.::ok:all:::`.
-    #[arg(long, value_name = "RULES")]
+    #[arg(hide_short_help = true, long, value_name = "RULES")]
     pub xattrmap: Option<String>,
 
     /// Security label support (implies --xattr); a bare --security-label is `always`: the
     /// security context the guest sends is set on each new file before it gets its name.
-    #[arg(long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
+    #[arg(hide_short_help = true, long, value_enum, value_name = "MODE", require_equals = true, num_args = 0..=1,
           default_missing_value = "always")]
     pub security_label: Option<NegotiationMode>,
 
@@ -338,11 +357,11 @@ pub struct Args {
     pub sandbox: Option<SandboxMode>,
 
     /// Action on a system call outside the allowlist.
-    #[arg(long, value_enum, value_name = "ACTION")]
+    #[arg(hide_short_help = true, long, value_enum, value_name = "ACTION")]
     pub seccomp: Option<SeccompAction>,
 
     /// Change the capability set kept by the daemon, e.g. +sys_admin:-chown.
-    #[arg(long, value_name = "(+|-)CAP:…")]
+    #[arg(hide_short_help = true, long, value_name = "(+|-)CAP:…")]
     pub modcaps: Option<CapChanges>,
 
     /// The whole share is read-only, whatever the branch modes: every change is EROFS.
@@ -351,17 +370,17 @@ pub struct Args {
 
     /// Tell the guest which directories are mount points, so that each host filesystem gets
     /// its own st_dev there (the default).
-    #[arg(long, overrides_with = "no_announce_submounts")]
+    #[arg(hide_short_help = true, long, overrides_with = "no_announce_submounts")]
     pub announce_submounts: bool,
 
     /// Do not tell the guest which directories are mount points.
-    #[arg(long, overrides_with = "announce_submounts")]
+    #[arg(hide_short_help = true, long, overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
 
     /// How nodes the guest holds are kept: file handles (reopened with open_by_handle_at, needs
     /// CAP_DAC_READ_SEARCH) or reopened by path; never more than a few hundred descriptors
     /// (default prefer).
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(hide_short_help = true, long, value_enum, value_name = "MODE")]
     pub inode_file_handles: Option<InodeFileHandles>,
 
     /// virtiofsd's caching policy (auto, always, metadata, never): sets cache.files,
@@ -372,101 +391,101 @@ pub struct Args {
     /// Allow shared mmap of files the guest does not cache (--cache=never|metadata, -o
     /// direct_io): negotiates FUSE_DIRECT_IO_ALLOW_MMAP. Only safe when nothing else changes
     /// the shared files.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub allow_mmap: bool,
 
     /// Do not offer READDIRPLUS.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub no_readdirplus: bool,
 
     /// Writeback caching in the guest (FUSE_WRITEBACK_CACHE): its page cache holds writes and
     /// sends them later in large requests. For a share no one else writes to meanwhile.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub writeback: bool,
 
     /// Honour O_DIRECT from the guest (always done here).
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub allow_direct_io: bool,
 
     /// Negotiate FUSE_HANDLE_KILLPRIV_V2 (the default here, unlike virtiofsd).
-    #[arg(long, overrides_with = "no_killpriv_v2")]
+    #[arg(hide_short_help = true, long, overrides_with = "no_killpriv_v2")]
     pub killpriv_v2: bool,
 
     /// Do not negotiate FUSE_HANDLE_KILLPRIV_V2 (the guest kernel clears privileges).
-    #[arg(long, overrides_with = "killpriv_v2")]
+    #[arg(hide_short_help = true, long, overrides_with = "killpriv_v2")]
     pub no_killpriv_v2: bool,
 
     /// Pass O_NOATIME from guest opens to the host (by default it is dropped: the host
     /// refuses it for files the opener does not own).
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub preserve_noatime: bool,
 
     /// Offer FUSE_ALLOW_IDMAP, so that the guest may make idmapped mounts of the share.
     /// Requests that create nothing then carry no caller: the daemon acts for them as the
     /// guest's root (through --translate-uid/gid), after the guest's kernel checked them.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub allow_idmap: bool,
 
     /// Log to syslog (/dev/log) instead of stderr (errors are also printed on stderr); falls
     /// back to stderr with a warning when there is no syslog socket.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub syslog: bool,
 
     /// Set the open-file limit (soft and hard) to N (0 leaves it unchanged; default:
     /// min(1,000,000, fs.nr_open), or the hard limit where it may not be raised).
-    #[arg(long, value_name = "N")]
+    #[arg(hide_short_help = true, long, value_name = "N")]
     pub rlimit_nofile: Option<u64>,
 
     /// A uid range for the daemon's user namespace, `:ns_uid:host_uid:count:` (repeatable).
-    #[arg(long, value_name = ":NS:HOST:COUNT:")]
+    #[arg(hide_short_help = true, long, value_name = ":NS:HOST:COUNT:")]
     pub uid_map: Vec<IdMap>,
 
     /// A gid range for the daemon's user namespace, `:ns_gid:host_gid:count:` (repeatable).
-    #[arg(long, value_name = ":NS:HOST:COUNT:")]
+    #[arg(hide_short_help = true, long, value_name = ":NS:HOST:COUNT:")]
     pub gid_map: Vec<IdMap>,
 
     /// Guest/host uid translation, `TYPE:SOURCE:TARGET:COUNT` (repeatable).
-    #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
+    #[arg(hide_short_help = true, long, value_name = "TYPE:SRC:DST:COUNT")]
     pub translate_uid: Vec<Translate>,
 
     /// Guest/host gid translation, `TYPE:SOURCE:TARGET:COUNT` (repeatable).
-    #[arg(long, value_name = "TYPE:SRC:DST:COUNT")]
+    #[arg(hide_short_help = true, long, value_name = "TYPE:SRC:DST:COUNT")]
     pub translate_gid: Vec<Translate>,
 
     /// How the source of a migration describes the guest's files to the destination:
     /// `find-paths` (default; by their paths) or `file-handles` (by file handle, which
     /// needs CAP_DAC_READ_SEARCH on the destination).
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(hide_short_help = true, long, value_enum, value_name = "MODE")]
     pub migration_mode: Option<MigrationMode>,
 
     /// What the migration destination does with a file it cannot find again: `abort`
     /// (default; the migration fails and the source goes on) or `guest-error` (that file
     /// answers EIO in the guest).
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(hide_short_help = true, long, value_enum, value_name = "MODE")]
     pub migration_on_error: Option<MigrationOnError>,
 
     /// The migration source also sends each file's handle, and the destination checks that
     /// what it found by path is that file.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub migration_verify_handles: bool,
 
     /// The migration source checks each file's path still leads to it before it sends it.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub migration_confirm_paths: bool,
 
     /// Upgrade in place: take over the session of the daemon running on the same
     /// `--socket-path` (PIDFILE is its `<socket>.pid`): its front-end connection, guest
     /// memory, rings and the guest's files and locks. Start it with the running daemon's
     /// options; the old daemon exits once this one has answered its first request.
-    #[arg(long, value_name = "PIDFILE")]
+    #[arg(hide_short_help = true, long, value_name = "PIDFILE")]
     pub upgrade: Option<std::path::PathBuf>,
 
     /// Log level debug [deprecated virtiofsd flag].
-    #[arg(short = 'd')]
+    #[arg(hide_short_help = true, short = 'd')]
     pub debug: bool,
 
     /// Stay in the foreground (always) [deprecated virtiofsd flag].
-    #[arg(short = 'f')]
+    #[arg(hide_short_help = true, short = 'f')]
     pub foreground: bool,
 }
 
@@ -561,15 +580,28 @@ impl std::str::FromStr for Translate {
     }
 }
 
-/// The command line of `union-virtiofsd ctl` (the host's control client; parsed apart from
-/// [`Args`], whose positional arguments are virtiofsd's).
-#[derive(Clone, Debug, Parser)]
-#[command(
-    name = "union-virtiofsd ctl",
-    bin_name = "union-virtiofsd ctl",
-    version,
-    about = "Reads and changes a running union-virtiofsd's options (mergerfs's runtime names)"
-)]
+/// The commands of union-virtiofsd besides serving: the host's tools around a daemon.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Command {
+    /// Read and change a running daemon's options through its control socket (mergerfs's
+    /// runtime names).
+    ///
+    /// The control socket is `<SOCKET>.ctl`, next to the vhost-user socket; `--socket` takes
+    /// either. Values are printed on stdout, one per line; any error is one line on stderr and
+    /// exit status 2.
+    Ctl(CtlArgs),
+    /// Print the man page (roff, section 1) on standard output.
+    Man,
+    /// Print SHELL's completion script on standard output.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The command line of `union-virtiofsd ctl` (the host's control client).
+#[derive(Clone, Debug, clap::Args)]
 pub struct CtlArgs {
     /// The daemon's vhost-user socket (`.ctl` is appended) or its control socket `<PATH>.ctl`.
     #[arg(long, value_name = "PATH", required_unless_present = "ctl_socket")]
@@ -612,21 +644,6 @@ pub enum CtlCommand {
     },
     /// Print every key, one per line.
     Keys,
-}
-
-/// The command lines `union-virtiofsd man` and `union-virtiofsd completions SHELL`: the
-/// documentation the binary carries, so that a package needs no cargo to make it.
-#[derive(Clone, Debug, Parser)]
-#[command(name = "union-virtiofsd", bin_name = "union-virtiofsd", version)]
-pub enum DocsArgs {
-    /// Print the man page (roff, section 1) on standard output.
-    Man,
-    /// Print SHELL's completion script on standard output.
-    Completions {
-        /// The shell.
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
 }
 
 /// mergerfs's per-file queries.

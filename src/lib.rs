@@ -2,6 +2,7 @@
 //! directories. Layers: `args → config → vhost → fs → union → sys`; only `sys` may use `unsafe`.
 
 pub mod args;
+pub mod cli;
 pub mod config;
 pub mod confine;
 pub mod ctl;

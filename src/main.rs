@@ -3,10 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
 use log::error;
 
-use union_virtiofsd::args::Args;
 use union_virtiofsd::config::Config;
 use union_virtiofsd::confine::Files;
 use union_virtiofsd::fs::UnionFs;
@@ -29,16 +27,10 @@ fn main() -> ExitCode {
         };
     }
     union_virtiofsd::sys::mem::configure();
-    let argv: Vec<_> = std::env::args_os().collect();
-    if union_virtiofsd::ctl::cli::wanted(&argv) {
-        return ExitCode::from(union_virtiofsd::ctl::cli::run(argv.into_iter().skip(1)));
-    }
-    if union_virtiofsd::docs::wanted(&argv) {
-        return ExitCode::from(union_virtiofsd::docs::run(argv));
-    }
-    let help = union_virtiofsd::config::registry::help_text();
-    let matches = Args::command().after_help(help).get_matches();
-    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let args = match union_virtiofsd::cli::parse(std::env::args_os().collect()) {
+        union_virtiofsd::cli::Parsed::Serve(args) => *args,
+        union_virtiofsd::cli::Parsed::Exit(status) => return ExitCode::from(status),
+    };
     if args.print_capabilities {
         // A reader that stops early (`| head -c 1`) is no error: nothing more to say.
         let mut out = std::io::stdout().lock();
@@ -67,6 +59,9 @@ fn main() -> ExitCode {
         error!("{e}");
         return ExitCode::from(EXIT_USAGE);
     }
+    let summary = cfg.summary();
+    let node_fds = cfg.fs.opts.node_fds;
+    let nofile_wanted = union_virtiofsd::fs::nofile_wanted(node_fds);
     let mut fs = match UnionFs::new(cfg.fs) {
         Ok(fs) => fs,
         Err(e) => {
@@ -78,7 +73,11 @@ fn main() -> ExitCode {
         log::warn!("{note}");
     }
     match union_virtiofsd::sys::limits::set_nofile(cfg.rlimit_nofile) {
-        Ok(n) => log::info!("open file limit: {n}"),
+        // Said once: a warning only when the node table cannot keep its node-fds open.
+        Ok(n) if n.limit < nofile_wanted => {
+            log::warn!("{n}, below the {nofile_wanted} that node-fds={node_fds} needs: nodes are reopened more often, and the guest meets EMFILE sooner");
+        }
+        Ok(n) => log::info!("{n}"),
         Err(e) => {
             error!("{e}");
             return ExitCode::from(EXIT_USAGE);
@@ -133,6 +132,7 @@ fn main() -> ExitCode {
         let r = union_virtiofsd::sys::seccomp::call_forbidden();
         log::warn!("forbidden system call personality(2) returned {r:?}");
     }
+    log::info!("{summary}");
     let mut daemon = match bound.start(fs) {
         Ok(d) => d,
         Err(e) => {

@@ -1,11 +1,13 @@
 //! Turns parsed `Args` into a checked `Config`: every cross-field rule lives here, and the
 //! union options from --config, -o and typed flags go through the one registry. No I/O beyond
-//! reading --config (and `config=` files), expanding branch globs and validating an inherited `--fd`; branch
-//! directories are opened later by `fs`.
+//! reading --config (and `config=` files), expanding branch globs, resolving branch paths (a
+//! directory is one branch only) and validating an inherited `--fd`; branch directories are
+//! opened later by `fs`.
 
 pub mod ignored;
 pub mod registry;
 pub mod runtime;
+mod summary;
 pub mod virtiofsd;
 
 use std::os::unix::io::RawFd;
@@ -96,6 +98,24 @@ pub enum ConfigError {
     /// `--upgrade` with `--fd`: the running daemon is found by its socket path.
     #[error("--upgrade needs --socket-path (the running daemon's), not --fd")]
     UpgradeWithFd,
+    /// Two settings that cannot both hold (the later would silently undo the earlier).
+    #[error("{first} contradicts {second}: {why}")]
+    Contradicts {
+        /// The one given first in the checks' order.
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+        /// Why both cannot hold.
+        why: &'static str,
+    },
+    /// The same directory given twice in the branch list (after symlinks are resolved).
+    #[error("branch {again} is {first} again: a directory can be one branch only")]
+    DuplicateBranch {
+        /// The branch as given first.
+        first: std::path::PathBuf,
+        /// The branch as given again.
+        again: std::path::PathBuf,
+    },
     /// `--xattrmap` (or `-o xattrmap=`) rules that do not parse.
     #[error("invalid {option}: {source}")]
     XattrMap {
@@ -183,6 +203,17 @@ impl TryFrom<Args> for Config {
         };
 
         let listen2 = listen.clone();
+        if let (Some(dir), Some(source)) = (&args.shared_dir, &legacy.source) {
+            let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or(p.to_owned());
+            if real(dir) != real(source) {
+                // Only one of them would be served, the other dropped without a word.
+                return Err(ConfigError::Contradicts {
+                    first: "--shared-dir",
+                    second: "-o source=",
+                    why: "they name different directories as the shared directory",
+                });
+            }
+        }
         let mut branches = Vec::new();
         if let Some(dir) = args.shared_dir.clone().or(legacy.source.clone()) {
             branches.push(crate::union::Branch {
@@ -200,6 +231,8 @@ impl TryFrom<Args> for Config {
         if branches.is_empty() {
             return Err(ConfigError::NoBranches);
         }
+        check_branches_differ(&branches)?;
+        check_contradictions(&args, &settings)?;
         if args.readonly || settings.readonly == Some(true) {
             // The whole share is read-only: every branch is RO, so every change is EROFS.
             for b in &mut branches {
@@ -309,6 +342,57 @@ impl TryFrom<Args> for Config {
             config_file: args.config.clone(),
         })
     }
+}
+
+/// A directory is one branch only: the same path twice (after symlinks) would be searched,
+/// listed and changed twice (an `epall` unlink fails on the second). A path that does not
+/// resolve is left for `fs` to report (it names the missing branch).
+fn check_branches_differ(branches: &[Branch]) -> Result<(), ConfigError> {
+    let mut seen: Vec<(std::path::PathBuf, &Branch)> = Vec::with_capacity(branches.len());
+    for b in branches {
+        let Ok(real) = std::fs::canonicalize(&b.path) else {
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(p, _)| *p == real) {
+            return Err(ConfigError::DuplicateBranch {
+                first: first.path.clone(),
+                again: b.path.clone(),
+            });
+        }
+        seen.push((real, b));
+    }
+    Ok(())
+}
+
+/// Switches that contradict each other on one command line, refused rather than letting one
+/// silently win. (virtiofsd's own pairs, `--killpriv-v2`/`--no-killpriv-v2` and
+/// `--announce-submounts`/`--no-announce-submounts`, keep its rule: the last one wins; and
+/// virtiofsd's legacy `-o no_xattr,xattrmap=` keeps its meaning, the map implying xattrs.)
+fn check_contradictions(args: &Args, settings: &Settings) -> Result<(), ConfigError> {
+    let on = |m: Option<NegotiationMode>| m.is_some_and(|m| m != NegotiationMode::Never);
+    if args.no_xattr {
+        let needs = [
+            (on(args.posix_acl), "--posix-acl"),
+            (on(args.security_label), "--security-label"),
+            (args.xattrmap.is_some(), "--xattrmap"),
+        ];
+        if let Some((_, flag)) = needs.into_iter().find(|(given, _)| *given) {
+            return Err(ConfigError::Contradicts {
+                first: "--no-xattr",
+                second: flag,
+                why: "it needs extended attributes",
+            });
+        }
+    }
+    let readonly = if args.readonly { "--readonly" } else { "-o ro" };
+    if (args.readonly || settings.readonly == Some(true)) && settings.opts.cow {
+        return Err(ConfigError::Contradicts {
+            first: readonly,
+            second: "cow=true",
+            why: "copy-on-write copies changed files up to an RW branch, and a read-only share has none",
+        });
+    }
+    Ok(())
 }
 
 /// The `--translate-uid` or `--translate-gid` rules as one map.
@@ -951,22 +1035,63 @@ mod tests {
     }
 
     #[test]
-    fn xattr_last_flag_wins_and_timeouts_apply() {
-        let c = parse(&[
-            "--socket-path=/s",
-            "--shared-dir=/a",
-            "--xattr",
-            "--no-xattr",
-        ])
-        .unwrap();
+    fn contradictions_are_refused_and_timeouts_apply() {
+        let flags = ["x", "--socket-path=/s", "--shared-dir=/a"];
+        for pair in [["--xattr", "--no-xattr"], ["--no-xattr", "--xattr"]] {
+            let argv = [&flags[..], &pair[..]].concat();
+            assert!(Args::try_parse_from(argv).is_err(), "{pair:?}");
+        }
+        let base = ["--socket-path=/s", "--shared-dir=/a"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        for (extra, second) in [
+            (&["--no-xattr", "--posix-acl"][..], "--posix-acl"),
+            (&["--security-label=auto", "--no-xattr"], "--security-label"),
+            (&["--no-xattr", "--xattrmap=:map::u.:"], "--xattrmap"),
+        ] {
+            assert!(
+                matches!(with(extra), Err(ConfigError::Contradicts { first: "--no-xattr", second: s, .. }) if s == second),
+                "{extra:?}"
+            );
+        }
+        assert!(with(&["--no-xattr", "--posix-acl=never"]).is_ok());
+        assert!(matches!(
+            with(&["-o", "source=/b"]),
+            Err(ConfigError::Contradicts {
+                first: "--shared-dir",
+                ..
+            })
+        ));
+        assert!(with(&["-o", "source=/a"]).is_ok());
+        for extra in [
+            &["--readonly", "-o", "cow=true"][..],
+            &["-o", "ro,cow=true"],
+        ] {
+            assert!(
+                matches!(
+                    with(extra),
+                    Err(ConfigError::Contradicts {
+                        second: "cow=true",
+                        ..
+                    })
+                ),
+                "{extra:?}"
+            );
+        }
+        // virtiofsd's own pairs: the last one wins, as there.
+        assert!(
+            !with(&["--killpriv-v2", "--no-killpriv-v2"])
+                .unwrap()
+                .fs
+                .opts
+                .killpriv_v2
+        );
+        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--no-xattr"]).unwrap();
         assert_eq!(c.fs.opts.xattr, XattrMode::Nosys);
-        let c = parse(&[
-            "--socket-path=/s",
-            "--shared-dir=/a",
-            "--no-xattr",
-            "--xattr",
-        ])
-        .unwrap();
+        let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--xattr"]).unwrap();
         assert_eq!(c.fs.opts.xattr, XattrMode::Passthrough);
         let c = parse(&["--socket-path=/s", "--shared-dir=/a", "--cache-timeout=0.5"]).unwrap();
         assert_eq!(c.fs.opts.cache_attr, Duration::from_millis(500));

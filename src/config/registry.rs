@@ -443,38 +443,93 @@ fn bad(key: &str, value: &str, e: Expected) -> OptionError {
 }
 
 /// The option table as text, for `--help`.
-pub fn help_text() -> String {
+pub fn help_text(width: usize) -> String {
+    const INDENT: usize = 25;
     let mut s = String::from("Union options (-o KEY=VALUE,… or --config FILE; mergerfs names):\n");
+    let mut item = |name: &str, help: &str| {
+        let head = format!("  {name:<22} ");
+        let first = if head.chars().count() > INDENT {
+            // A name longer than the column: its text starts on the next line.
+            s.push_str(head.trim_end());
+            s.push('\n');
+            " ".repeat(INDENT)
+        } else {
+            head
+        };
+        s.push_str(&wrap(help, &first, &" ".repeat(INDENT), width));
+    };
     for o in OPTIONS {
-        s.push_str(&format!("  {:<22} {}\n", o.name, o.help));
+        item(o.name, o.help);
     }
-    s.push_str("  func.<name>=POLICY     per-function policy: create mkdir mknod symlink open getattr access\n");
-    s.push_str("                         getxattr listxattr readlink chmod chown link rename rmdir unlink\n");
-    s.push_str("                         truncate utimens setxattr removexattr\n");
-    s.push_str("\nvirtiofsd's legacy -o keys, accepted in the same strings: source=DIR,\n");
-    s.push_str(
-        "cache=auto|always|metadata|none, sandbox=, loglevel=, timeout=, modcaps=, xattrmap=,\n",
+    item(
+        "func.<name>=POLICY",
+        "per-function policy: create mkdir mknod symlink open getattr access getxattr \
+         listxattr readlink chmod chown link rename rmdir unlink truncate utimens setxattr \
+         removexattr",
     );
-    s.push_str(
-        "xattr, no_xattr, flock, no_flock, posix_lock, no_posix_lock, posix_acl, security_label,\n",
-    );
-    s.push_str(
-        "writeback, announce_submounts, killpriv_v2, readdirplus (and their no_ forms). A bare\n",
-    );
-    s.push_str(
-        "key is virtiofsd's switch, KEY=VALUE mergerfs's option (xattr = xattr=passthrough).\n",
-    );
-    s.push_str("A comma inside a value is written ',,' or '\\,' (-o source=/srv/a,,b).\n");
-    s.push_str(
-        "\nconfig=FILE reads a config file there (key=value or bare key lines, # comments);\n",
-    );
-    s.push_str(
-        "ro (= --readonly) and rw apply, and ctl-socket=PATH (= --ctl-socket). Every other\n",
-    );
-    s.push_str("mergerfs option (readahead, threads, func.readdir, …) and generic mount option\n");
-    s.push_str("(allow_other, noatime, defaults, x-…) is accepted and ignored, with one warning\n");
-    s.push_str("per start saying why.\n");
+    let para = |text: &str| format!("\n{}", wrap(text, "", "", width));
+    s.push_str(&para(
+        "virtiofsd's legacy -o keys, accepted in the same strings: source=DIR, \
+         cache=auto|always|metadata|none, sandbox=, loglevel=, timeout=, modcaps=, xattrmap=, \
+         xattr, no_xattr, flock, no_flock, posix_lock, no_posix_lock, posix_acl, \
+         security_label, writeback, announce_submounts, killpriv_v2, readdirplus (and their \
+         no_ forms). A bare key is virtiofsd's switch, KEY=VALUE mergerfs's option (xattr = \
+         xattr=passthrough). A comma inside a value is written ',,' or '\\,' (-o \
+         source=/srv/a,,b).",
+    ));
+    s.push_str(&para(
+        "config=FILE reads a config file there (key=value or bare key lines, # comments); ro \
+         (= --readonly) and rw apply, and ctl-socket=PATH (= --ctl-socket). Every other mergerfs option (readahead, threads, \
+         func.readdir, …) and generic mount option (allow_other, noatime, defaults, x-…) is \
+         accepted and ignored, with one warning per start saying why.",
+    ));
     s
+}
+
+/// `text` wrapped to `width` columns: its first line after `first`, the others after
+/// `rest`; a word longer than a line is broken after a `|` where it has one.
+fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
+    let mut words: Vec<String> = Vec::new();
+    for w in text.split_whitespace() {
+        let room = width.saturating_sub(rest.chars().count()).max(20);
+        if w.chars().count() <= room || !w.contains('|') {
+            words.push(w.to_owned());
+            continue;
+        }
+        // passthrough|path-hash|…: pieces that fit, each ending with its `|`.
+        let mut piece = String::new();
+        for part in w.split_inclusive('|') {
+            if !piece.is_empty() && piece.chars().count() + part.chars().count() > room {
+                words.push(std::mem::take(&mut piece) + "\u{0}");
+            }
+            piece.push_str(part);
+        }
+        words.push(piece);
+    }
+    let mut out = String::new();
+    let mut line = first.to_owned();
+    let mut empty = true;
+    for w in words {
+        let glued = line.ends_with('\u{0}');
+        if glued {
+            line.pop();
+        }
+        let len = line.chars().count() + usize::from(!empty && !glued) + w.chars().count();
+        if !empty && len > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = rest.to_owned();
+            empty = true;
+        }
+        if !empty && !glued {
+            line.push(' ');
+        }
+        line.push_str(&w);
+        empty = false;
+    }
+    out.push_str(line.trim_end_matches('\u{0}').trim_end());
+    out.push('\n');
+    out
 }
 
 #[cfg(test)]

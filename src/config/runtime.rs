@@ -113,6 +113,11 @@ fn normal(key: &str) -> String {
         .replace('_', "-")
 }
 
+/// `key`'s value in `opts`, as `ctl get` prints it (for the start line).
+pub fn show(opts: &UnionOptions, key: &str) -> Option<String> {
+    find(key).map(|k| (k.show)(opts))
+}
+
 fn find(key: &str) -> Option<&'static Key> {
     let n = normal(key);
     KEYS.iter().find(|k| k.name.replace('_', "-") == n)

@@ -2,11 +2,8 @@
 //! Prints values on stdout, one per line; any error is one line on stderr and status 2.
 //! Never exits by itself (`main` does) and never panics on its input.
 
-use std::ffi::OsString;
 use std::io::{self, Write};
 use std::time::Duration;
-
-use clap::Parser;
 
 use super::client::{self, Client, ClientError};
 use crate::args::{CtlArgs, CtlCommand};
@@ -19,27 +16,10 @@ pub const EXIT_ERROR: u8 = 2;
 /// How long the daemon may take to answer (it serves one client at a time).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Whether `argv` (the whole command line) asks for the `ctl` subcommand.
-pub fn wanted(argv: &[OsString]) -> bool {
-    argv.get(1).is_some_and(|a| a == "ctl")
-}
-
-/// Runs `union-virtiofsd ctl` with `argv` (the command line from `ctl` on); the exit status.
-pub fn run(argv: impl IntoIterator<Item = OsString>) -> u8 {
-    let args = match CtlArgs::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) if !e.use_stderr() => {
-            // --help, --version.
-            let _ = e.print();
-            return EXIT_OK;
-        }
-        Err(e) => {
-            fail(&usage_error(&e));
-            return EXIT_ERROR;
-        }
-    };
+/// Runs `union-virtiofsd ctl` as `args` ask; the exit status.
+pub fn run(args: &CtlArgs) -> u8 {
     let mut out = Vec::new();
-    match execute(&args, &mut out) {
+    match execute(args, &mut out) {
         Ok(()) => {
             let mut stdout = io::stdout().lock();
             match stdout.write_all(&out).and_then(|()| stdout.flush()) {
@@ -56,21 +36,6 @@ pub fn run(argv: impl IntoIterator<Item = OsString>) -> u8 {
             EXIT_ERROR
         }
     }
-}
-
-/// clap's message as one line: its first paragraph, without the usage after it.
-pub fn usage_error(e: &clap::Error) -> String {
-    let text = e.render().to_string();
-    let words: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
-        .collect();
-    let message = words.join(" ");
-    message
-        .strip_prefix("error: ")
-        .unwrap_or(&message)
-        .to_owned()
 }
 
 /// One line on stderr.

@@ -207,7 +207,7 @@ impl Forwarder {
 
     /// On SIGHUP: reads the file, finds its branches and opens them, and sends the lot (or
     /// why not) to the child, which applies and logs it. `false` if the channel is broken
-    /// (the child took nothing within [`SEND_PATIENCE`]): the caller then sends the child
+    /// (the child took nothing within `SEND_PATIENCE`): the caller then sends the child
     /// SIGHUP, and it re-reads the file itself (adding no branch it cannot see).
     pub fn forward(&self) -> bool {
         if self.broken.get() {

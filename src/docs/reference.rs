@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use clap::{Arg, ArgAction, Command, CommandFactory};
 
-use crate::args::{Args, CtlArgs, DocsArgs};
+use crate::args::Args;
 use crate::config::ignored::{Origin, IGNORED, IGNORED_PREFIXES};
 use crate::config::registry::OPTIONS;
 use crate::config::runtime;
@@ -87,8 +87,10 @@ pub fn options_page() -> String {
         );
     }
 
-    let mut ctl = CtlArgs::command();
-    ctl.build();
+    let ctl = daemon
+        .find_subcommand("ctl")
+        .expect("ctl is a command")
+        .clone();
     let _ = write!(
         out,
         "\n## `union-virtiofsd ctl`\n\n{}\n\n`union-virtiofsd ctl --socket PATH COMMAND`\n\n",
@@ -116,9 +118,8 @@ pub fn options_page() -> String {
         let _ = writeln!(out, "| `{}` | {} |", cell(&usage), cell(&what));
     }
 
-    let docs = DocsArgs::command();
     out.push_str("\n## Documentation the binary prints\n\n| command | what it does |\n|---|---|\n");
-    for sub in docs.get_subcommands() {
+    for sub in daemon.get_subcommands().filter(|s| s.get_name() != "ctl") {
         let mut usage = format!("union-virtiofsd {}", sub.get_name());
         let mut what = text(sub.get_about());
         for a in sub.get_arguments().filter(|a| a.is_positional()) {

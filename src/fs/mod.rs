@@ -183,6 +183,37 @@ impl UnionFs {
 /// the limit when that is more.
 const FD_RESERVE: u64 = 256;
 
+/// The descriptor budget of an open-file limit: what is left after [`FD_RESERVE`] (or a
+/// tenth of the limit).
+fn budget_for(limit: u64) -> usize {
+    let reserve = FD_RESERVE.max(limit / 10);
+    usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX)
+}
+
+/// The smallest open-file limit at which the node table keeps its `node_fds` descriptors
+/// open (its share of the budget is a quarter): below it the daemon serves, but reopens
+/// nodes more often and the guest meets EMFILE sooner. What "too low" means at start.
+pub fn nofile_wanted(node_fds: usize) -> u64 {
+    let quarter = u64::try_from(node_fds)
+        .unwrap_or(u64::MAX / 8)
+        .saturating_mul(4);
+    // The budget never shrinks as the limit grows: the least limit is found by bisection.
+    let enough = |l: u64| budget_for(l) as u64 >= quarter;
+    let (mut lo, mut hi) = (
+        quarter,
+        quarter.saturating_mul(2).saturating_add(FD_RESERVE),
+    );
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if enough(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
 /// The most nodes the guest may hold (each costs a few hundred bytes; about 1 GiB).
 const NODE_LIMIT: usize = 1 << 22;
 
@@ -281,9 +312,7 @@ impl UnionFs {
     /// quarter of it, at most `node-fds`).
     pub fn fd_budget(&self) -> usize {
         *self.fd_budget.get_or_init(|| {
-            let limit = crate::sys::limits::nofile();
-            let reserve = FD_RESERVE.max(limit / 10);
-            let budget = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
+            let budget = budget_for(crate::sys::limits::nofile());
             self.inodes
                 .set_capacity((budget / 4).clamp(1, self.view().opts.node_fds));
             budget
@@ -661,5 +690,20 @@ impl FileSystem for UnionFs {
 
     fn removexattr(&self, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
         ops::xattr::removexattr(self, &self.host_ctx(ctx)?, inode, name)
+    }
+}
+
+#[cfg(test)]
+mod nofile_tests {
+    use super::{budget_for, nofile_wanted};
+
+    #[test]
+    fn the_wanted_limit_is_the_least_that_keeps_node_fds_open() {
+        assert_eq!(nofile_wanted(512), 2304);
+        for n in [1, 100, 512, 640, 5000, 100_000] {
+            let w = nofile_wanted(n);
+            assert!(budget_for(w) / 4 >= n, "{n}: {w}");
+            assert!(budget_for(w - 1) / 4 < n, "{n}: {w}");
+        }
     }
 }

@@ -33,12 +33,13 @@ pub enum LimitError {
 /// hard limit is not allowed (no CAP_SYS_RESOURCE, as in many containers) the soft limit is
 /// raised to the hard one with a warning; virtiofsd exits there for an explicit N, which
 /// would stop launchers that always pass one (libvirt, microvm.nix) in such containers.
-/// Returns the soft limit now in force.
-pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
+/// Returns the soft limit now in force, and why it is not what was asked for (logged by the
+/// caller, once, with what the limit means for the daemon).
+pub fn set_nofile(n: Option<u64>) -> Result<Nofile, LimitError> {
     let nr_open = nr_open();
     let cur = nofile();
     let target = match n {
-        Some(0) => return Ok(cur),
+        Some(0) => return Ok(Nofile::now(None)),
         Some(n) if nr_open.is_some_and(|max| n > max) => {
             return Err(LimitError::AboveNrOpen {
                 asked: n,
@@ -46,11 +47,11 @@ pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
             })
         }
         Some(n) => n,
-        None if cur >= DEFAULT_NOFILE => return Ok(cur),
+        None if cur >= DEFAULT_NOFILE => return Ok(Nofile::now(None)),
         None => nr_open.map_or(DEFAULT_NOFILE, |max| max.min(DEFAULT_NOFILE)),
     };
     match set_both(target) {
-        Ok(()) => Ok(nofile()),
+        Ok(()) => Ok(Nofile::now(None)),
         Err(e) => {
             // Not privileged enough: as far as the hard limit allows.
             let hard = getrlimit(Resource::Nofile).maximum.unwrap_or(u64::MAX);
@@ -58,11 +59,50 @@ pub fn set_nofile(n: Option<u64>) -> Result<u64, LimitError> {
                 asked: hard,
                 source,
             })?;
-            log::warn!(
-                "cannot raise the open file limit to {target} ({e}); using the hard limit {hard}"
-            );
-            Ok(nofile())
+            Ok(Nofile::now(Some(NotRaised { target, error: e })))
         }
+    }
+}
+
+/// The open-file limit after [`set_nofile`].
+#[derive(Debug)]
+pub struct Nofile {
+    /// The soft limit now in force.
+    pub limit: u64,
+    /// Set when the limit could not be raised as far as asked (no CAP_SYS_RESOURCE, as in
+    /// most containers): it stays at the hard limit.
+    pub not_raised: Option<NotRaised>,
+}
+
+/// Why the open-file limit stayed below what was asked for.
+#[derive(Debug)]
+pub struct NotRaised {
+    /// What was asked for.
+    pub target: u64,
+    /// setrlimit's refusal.
+    pub error: std::io::Error,
+}
+
+impl Nofile {
+    fn now(not_raised: Option<NotRaised>) -> Self {
+        Nofile {
+            limit: nofile(),
+            not_raised,
+        }
+    }
+}
+
+impl std::fmt::Display for Nofile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "open file limit: {}", self.limit)?;
+        if let Some(n) = &self.not_raised {
+            write!(
+                f,
+                " (the hard limit: cannot raise it to {}: {})",
+                n.target, n.error
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -16,6 +16,7 @@
 //! - The mount namespace: `syslog` mounts its /dev/log only inside the private namespace of
 //!   its daemon (`unshare --mount`).
 
+mod bad_input;
 mod cli;
 mod confinement;
 mod ctl;
