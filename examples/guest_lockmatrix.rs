@@ -21,7 +21,7 @@
 //! line per combination, so that the same run on a local filesystem and over the share can be
 //! compared line by line. Then a few lines (prefix `x`) ask across families (F_GETLK about an
 //! OFD lock, F_OFD_GETLK about a POSIX lock), where the pid reported differs by design over
-//! FUSE (README, lock section).
+//! FUSE (docs/src/locks.md).
 
 use std::ffi::CString;
 

@@ -366,10 +366,7 @@ impl Bound {
                 (l, None)
             }
         };
-        match (&ctl, cfg.ctl_path()) {
-            (Some(_), Some(c)) => info!("control socket: {}", c.display()),
-            _ => info!("no control socket (--fd without --ctl-socket)"),
-        }
+        // The start line (config::summary) names the control socket.
         Ok(Bound {
             sockets: Sockets {
                 listener: Some(listener),

@@ -561,7 +561,7 @@ fn ctl_changes_the_pool_of_a_daemon_libvirt_started() {
     assert!(args.contains("--fd="), "{args}");
     let log = vm.daemon_log();
     assert!(
-        log.contains(&format!("control socket: {}", ctl_sock.display())),
+        log.contains(&format!("(control {})", ctl_sock.display())),
         "{log}"
     );
     let ctl = |args: &[&str]| {

@@ -217,7 +217,7 @@ echo "host lock released, guest got it"
 /// × conflicting or not × O_RDONLY/O_RDWR × clone with CLONE_FILES / clone without / dup and
 /// close: asked with GETLK after the descriptor event, then after the holder closed and
 /// exited, when a non-blocking lock must be granted at once. Asking across families differs
-/// only in the pid, as the README's lock section explains from the guest kernel's code.
+/// only in the pid, as docs/src/locks.md explains from the guest kernel's code.
 #[test]
 fn lock_lifetimes_over_the_share_match_the_guests_tmpfs() {
     let t = Tmpfs::new("16M");

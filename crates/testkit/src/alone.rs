@@ -22,16 +22,29 @@ pub fn in_own_process(body: impl FnOnce()) {
         body();
         return;
     }
-    let out = Command::new(std::env::current_exe().expect("this test binary"))
+    // Output to files, not pipes: a daemon the test started and could not stop (it failed
+    // first) keeps its inherited descriptors, and reading a pipe to its end would wait for it.
+    let (mut out, mut err) = (
+        tempfile::tempfile().expect("a temporary file"),
+        tempfile::tempfile().expect("a temporary file"),
+    );
+    let status = Command::new(std::env::current_exe().expect("this test binary"))
         .args([&name, "--exact", "--test-threads=1"])
         .env(CHILD, &name)
-        .output()
+        .stdout(out.try_clone().expect("dup"))
+        .stderr(err.try_clone().expect("dup"))
+        .status()
         .expect("run this test binary again");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let read = |f: &mut std::fs::File| {
+        use std::io::{Read, Seek};
+        let mut s = String::new();
+        f.rewind().expect("rewind");
+        let _ = f.read_to_string(&mut s);
+        s
+    };
+    let (stdout, stderr) = (read(&mut out), read(&mut err));
     assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{name} in its own process: {}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} in its own process: {status}\n{stdout}{stderr}"
     );
 }
