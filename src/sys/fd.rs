@@ -75,22 +75,7 @@ pub fn check_listening_socket(fd: RawFd) -> io::Result<()> {
 /// already adopted. The listener is made blocking and close-on-exec.
 pub fn adopt_listener(fd: RawFd) -> io::Result<UnixListener> {
     check_listening_socket(fd)?;
-    let mut adopted = ADOPTED.locked();
-    if adopted.contains(&fd) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "fd already adopted",
-        ));
-    }
-    // SAFETY: fd is open (checked above) and, being inherited from the parent and adopted only
-    // once (ADOPTED), no other object in this process owns it.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    adopted.push(fd);
-    // SAFETY: F_SETFD with FD_CLOEXEC only changes descriptor flags of an fd we now own.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let listener = UnixListener::from(owned);
+    let listener = UnixListener::from(adopt_checked(fd)?);
     listener.set_nonblocking(false)?;
     Ok(listener)
 }
@@ -111,6 +96,12 @@ pub fn adopt_stream(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
             "not a connected unix stream socket",
         ));
     }
+    Ok(adopt_checked(fd)?.into())
+}
+
+/// Takes ownership of `fd`, an open socket its caller checked, inherited for this use alone:
+/// once only (ADOPTED), made close-on-exec.
+fn adopt_checked(fd: RawFd) -> io::Result<OwnedFd> {
     let mut adopted = ADOPTED.locked();
     if adopted.contains(&fd) {
         return Err(io::Error::new(
@@ -118,7 +109,7 @@ pub fn adopt_stream(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
             "fd already adopted",
         ));
     }
-    // SAFETY: fd is an open socket (getsockopt answered) handed to this process for this use
+    // SAFETY: fd is an open socket (the caller checked) handed to this process for this use
     // alone, adopted only once (ADOPTED): no other object in this process owns it.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     adopted.push(fd);
@@ -126,7 +117,7 @@ pub fn adopt_stream(fd: RawFd) -> io::Result<std::os::unix::net::UnixStream> {
     if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(owned.into())
+    Ok(owned)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use super::socket_path::{directory_of, kind, SUN_PATH_MAX};
+use super::socket_path::{directory_of, directory_takes_a_socket, kind, Directory, SUN_PATH_MAX};
 
 /// Why the daemon will not use `--ctl-socket`: bad input, nothing made (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -101,27 +101,21 @@ pub fn check(path: &Path) -> Result<(), Error> {
         });
     }
     let dir = directory_of(path);
-    match std::fs::metadata(&dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(Error::NotADirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    match directory_takes_a_socket(&dir) {
+        Ok(()) => {}
+        Err(Directory::Missing) => {
             return Err(Error::NoDirectory {
                 path: path.into(),
                 dir,
             })
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+        Err(Directory::NotOne) => {
             return Err(Error::NotADirectory {
                 path: path.into(),
                 dir,
             })
         }
-        Err(source) => {
+        Err(Directory::Refuses(source)) => {
             return Err(Error::CreateIn {
                 path: path.into(),
                 dir,
@@ -129,11 +123,6 @@ pub fn check(path: &Path) -> Result<(), Error> {
             })
         }
     }
-    crate::sys::files::may_create_in(&dir).map_err(|source| Error::CreateIn {
-        path: path.into(),
-        dir: dir.clone(),
-        source,
-    })?;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(Error::Inspect {

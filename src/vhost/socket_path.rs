@@ -134,6 +134,28 @@ pub fn beside(socket: &Path, suffix: &str) -> PathBuf {
     p.push(suffix);
     PathBuf::from(p)
 }
+/// Why a socket cannot be made in a directory.
+pub(super) enum Directory {
+    /// There is none.
+    Missing,
+    /// It is not a directory (or a component of its path is not).
+    NotOne,
+    /// It cannot be inspected, or this process may not create a file in it.
+    Refuses(io::Error),
+}
+
+/// Whether a socket can be made in `dir`: it exists, is a directory, and this process may
+/// create a file in it.
+pub(super) fn directory_takes_a_socket(dir: &Path) -> Result<(), Directory> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(Directory::NotOne),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Directory::Missing),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Err(Directory::NotOne),
+        Err(e) => return Err(Directory::Refuses(e)),
+    }
+    crate::sys::files::may_create_in(dir).map_err(Directory::Refuses)
+}
 
 /// The socket's directory (`.` for a bare name).
 pub(super) fn directory_of(socket: &Path) -> PathBuf {
@@ -223,27 +245,21 @@ pub fn check_files(path: &Path, ctl: &Path) -> Result<(), Error> {
         });
     }
     let dir = directory_of(path);
-    match std::fs::metadata(&dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(Error::NotADirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    match directory_takes_a_socket(&dir) {
+        Ok(()) => {}
+        Err(Directory::Missing) => {
             return Err(Error::NoDirectory {
                 path: path.into(),
                 dir,
             })
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+        Err(Directory::NotOne) => {
             return Err(Error::NotADirectory {
                 path: path.into(),
                 dir,
             })
         }
-        Err(source) => {
+        Err(Directory::Refuses(source)) => {
             return Err(Error::CreateIn {
                 path: path.into(),
                 dir,
@@ -251,11 +267,6 @@ pub fn check_files(path: &Path, ctl: &Path) -> Result<(), Error> {
             })
         }
     }
-    crate::sys::files::may_create_in(&dir).map_err(|source| Error::CreateIn {
-        path: path.into(),
-        dir: dir.clone(),
-        source,
-    })?;
     let at = |file: &Path| match std::fs::symlink_metadata(file) {
         Ok(m) => Ok(Some(m.file_type())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
