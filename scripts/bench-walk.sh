@@ -28,8 +28,9 @@
 # whose mergerfs-cpu-s row is mergerfs' alone).
 #
 #   scripts/bench-walk.sh [--runs N] [--out DIR] [--quick] [--configs 'ext4 ours-1 ...']
-#                         [--count-requests]
+#                         [--count-requests] [--table-only]
 #
+# --table-only: no boots, the tables again from OUT/results.txt (e.g. of an interrupted run).
 # --runs N rounds (default 3), each one boot per configuration, the order reversed every
 # other round. --quick: one round of ext4, ours-1, ours-3, ours-1-always and mergerfs-3.
 # --count-requests: one more boot per configuration of this daemon, untimed, with
@@ -48,7 +49,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-runs=3 out="$root/.cache/bench-walk" quick=0 configs="" count_requests=0
+runs=3 out="$root/.cache/bench-walk" quick=0 configs="" count_requests=0 table_only=0
 all_configs="ext4 ours-1 ours-3 ours-8 ours-1-always ours-3-always virtiofsd virtiofsd-always mergerfs-3"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --configs) configs=$2; shift 2 ;;
     --count-requests) count_requests=1; shift ;;
+    --table-only) table_only=1; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
@@ -72,6 +74,7 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
+if [ "$table_only" = 0 ]; then
 # Everything this run mounts or starts, undone on exit (also on error or interrupt).
 work=$(mktemp -d /tmp/uvfs-walk.XXXXXX)
 mount -t tmpfs -o size=8G tmpfs "$work"
@@ -235,8 +238,8 @@ wait_gone() {
 # $results (unless DEBUG=1: then the daemon logs at debug level and the steps' request
 # counts go to $counts).
 run_config() {
-    local config=$1 label=$2 debug=${3:-0} sock="$work/sock" dlog="$out/$label.daemon.log"
-    local console="$out/$label.console.log" branches=() disk=0 pool="" cmd=() cache=() dbg=()
+    local config=$1 label=$2 debug=${3:-0} sock="$work/sock"
+    local dlog="$out/$label.daemon.log" console="$out/$label.console.log" branches=() disk=0 pool="" cmd=() cache=() dbg=()
     local pid watcher="" t0 t1 mcpu=0
     rm -f "$sock" "$sock.pid"
     [ "$debug" = 0 ] || dbg=(--log-level debug)
@@ -359,6 +362,11 @@ if [ "$count_requests" = 1 ]; then
         case $c in ours-*) log "request counts: $c"; run_config "$c" "$c.debug" 1 ;; esac
     done
 fi
+else
+    results="$out/results.txt" counts="$out/requests.txt" work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    runs=$(awk '$2 == "find-cold" {n[$1]++} END {for (c in n) if (n[c] > m) m = n[c]; print m + 0}' "$results")
+fi
 
 # walk.md: per row, each configuration's median and min-max, then the ratios to ext4.
 steps="find-cold ls-lR-cold ls-lR-2 ls-lR-3 stat-cold cat-cold untar cp-a rm-rf build"
@@ -396,7 +404,7 @@ steps="find-cold ls-lR-cold ls-lR-2 ls-lR-3 stat-cold cat-cold untar cp-a rm-rf 
             if (v["ext4", s[k]] == "" || s[k] == "boot-s") continue
             printf "| %s |", s[k]
             for (i = 1; i <= nc; i++) if (c[i] != "ext4") {
-                m = median(v[c[i], s[k]]); printf " %s |", m > 0 ? sprintf("%.2fx", median(v["ext4", s[k]]) / m) : "-"
+                m = median(v[c[i], s[k]]); printf " %s |", (m > 0 ? sprintf("%.2fx", median(v["ext4", s[k]]) / m) : "-")
             }
             print ""
         }
