@@ -16,7 +16,7 @@
 # page cache dropped before each cold one), each timed in seconds in the guest:
 #   find-cold        find tree
 #   ls-lR-cold       ls -lR tree, then ls-lR-2 and ls-lR-3 again without dropping
-#   stat-cold        stat of every file (the list made by an untimed find)
+#   stat-cold        stat of every file (xargs stat, the list made on the host)
 #   cat-cold         cat of every file
 #   untar            tar -xf of a tarball of the first crates (about 3,000 entries) into the
 #                    share, then sync
@@ -143,8 +143,12 @@ done
 entries=$(find "$work/tree" | wc -l)
 bytes=$(du -sb "$work/tree" | cut -f1)
 log "tree: ${#crates[@]} crates, $entries entries, $bytes bytes; untar/cp part: ${#part[@]} crates"
-tar -C "$work" -cf "$work/walk/opt/walk/part.tar" $(printf 'tree/%s ' "${part[@]}")
+tar -C "$work" -cf "$work/walk/opt/walk/part.tar" "${part[@]/#/tree/}"
 printf 'tree/%s\n' "${part[@]}" >"$work/walk/opt/walk/part.list"
+# The files for stat and cat, one a line: busybox's xargs -0 in the guest garbled about one
+# name in a thousand; these names have no blank, quote or backslash for xargs to split on.
+(cd "$work" && find tree -type f | LC_ALL=C sort) >"$work/walk/opt/walk/files"
+! grep -q "[[:space:]'\"\\]" "$work/walk/opt/walk/files" || die "a file name in the tree needs quoting"
 step=$((${#crates[@]} / 20))
 for i in $(seq 0 19); do
     (cd "$work" && find "tree/${crates[$((i * step))]}" -name '*.rs' -type f | LC_ALL=C sort | head -1)
@@ -195,9 +199,8 @@ cold find-cold q find tree
 cold ls-lR-cold q ls -lR tree
 timed ls-lR-2 q ls -lR tree
 timed ls-lR-3 q ls -lR tree
-find tree -type f -print0 >/tmp/files0
-cold stat-cold sh -c 'xargs -0 stat -c %s </tmp/files0 >/dev/null'
-cold cat-cold sh -c 'xargs -0 cat </tmp/files0 >/dev/null'
+cold stat-cold sh -c 'xargs stat -c %s </opt/walk/files >/dev/null'
+cold cat-cold sh -c 'xargs cat </opt/walk/files >/dev/null'
 untar() { mkdir untar && tar -C untar -xf /opt/walk/part.tar && sync; }
 timed untar untar
 copy() { mkdir copy && cp -a $(cat /opt/walk/part.list) copy/ && sync; }
@@ -334,7 +337,7 @@ step_watcher() {
 
 # request_counts LOG MARKS: "STEP OPCODE COUNT" for each step's stretch of LOG.
 request_counts() {
-    local dlog=$1 marks=$2 name from next_name to
+    local dlog=$1 marks=$2 name from to
     while read -r name from; do
         to=$(awk -v n="$name" 'f {print $2; exit} $1 == n {f = 1}' "$marks")
         [ -n "$to" ] || continue

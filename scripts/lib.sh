@@ -339,6 +339,7 @@ proc_cpu() {
 # POOL (lazily if busy) and waits for mergerfs to exit.
 mergerfs_umount() {
     local pool=$1
+    # shellcheck disable=SC2034 # read by the caller
     MERGERFS_CPU=$(proc_cpu "$MERGERFS_PID")
     umount "$pool" 2>/dev/null || umount -l "$pool" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$MERGERFS_PID" 2>/dev/null || break; sleep 0.05; done
