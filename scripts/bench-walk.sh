@@ -438,7 +438,10 @@ if [ "$count_requests" = 1 ]; then
     {
         echo "| configuration | step | opcode | requests |"
         echo "|---|---|---:|---:|"
-        awk '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' "$counts"
+        awk 'BEGIN {
+                 n = split("LOOKUP FORGET GETATTR SETATTR READLINK SYMLINK - MKNOD MKDIR UNLINK RMDIR RENAME LINK OPEN READ WRITE STATFS RELEASE - FSYNC SETXATTR GETXATTR LISTXATTR REMOVEXATTR FLUSH INIT OPENDIR READDIR RELEASEDIR FSYNCDIR GETLK SETLK SETLKW ACCESS CREATE INTERRUPT BMAP DESTROY IOCTL POLL NOTIFY_REPLY BATCH_FORGET FALLOCATE READDIRPLUS RENAME2 LSEEK COPY_FILE_RANGE SETUPMAPPING REMOVEMAPPING SYNCFS TMPFILE STATX", op, " ")
+             }
+             {printf "| %s | %s | %s (%s) | %s |\n", $1, $2, ($3 in op ? op[$3] : "?"), $3, $4}' "$counts"
     } | tee "$out/requests.md"
 fi
 log "tables: $out/walk.md, $out/vs-ext4/, $out/vs-mergerfs/"
