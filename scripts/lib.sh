@@ -314,15 +314,17 @@ side_by_side_stop() {
 
 # mergerfs_mount POOL BRANCH...: mounts mergerfs (the apt package, installed if absent) in the
 # foreground, in the background of this shell, with the BRANCHes (colon-joined, in order) on
-# POOL, allow_other so that a sandboxed virtiofsd sharing POOL may enter it, and otherwise
-# mergerfs' defaults (category.create=epmfs, cache.files=libfuse). Sets MERGERFS_PID.
+# POOL, allow_other so that a sandboxed virtiofsd sharing POOL may enter it, minfreespace=0
+# as the benchmarks run this daemon (mergerfs' default, 4G, refuses every create on a 1 GiB
+# tmpfs), and otherwise mergerfs' defaults (category.create=epmfs, cache.files=libfuse).
+# Sets MERGERFS_PID.
 mergerfs_mount() {
     local pool=$1 list
     shift
     command -v mergerfs >/dev/null || as_root apt-get install -y -qq --no-install-recommends mergerfs >&2
     list=$(IFS=:; echo "$*")
     mkdir -p "$pool"
-    mergerfs -f -o allow_other "$list" "$pool" >"$pool.mergerfs.log" 2>&1 &
+    mergerfs -f -o allow_other,minfreespace=0 "$list" "$pool" >"$pool.mergerfs.log" 2>&1 &
     MERGERFS_PID=$!
     for _ in $(seq 200); do mountpoint -q "$pool" && return 0; sleep 0.05; done
     cat "$pool.mergerfs.log" >&2
