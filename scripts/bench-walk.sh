@@ -42,7 +42,7 @@
 # walk.md (medians with min-max over the rounds, and each configuration's median against
 # ext4's: ext4's time / its time, so above 1 is ahead of the local disk), vs-ext4/CONFIG.md
 # (median_table and run_ratios of that configuration against ext4), the consoles and daemon
-# logs. A benchmark, not a test: about 15 minutes per round of the nine configurations on the
+# logs. A benchmark, not a test: about 21 minutes per round of the nine configurations on the
 # 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
