@@ -274,7 +274,7 @@ run_one() {
     local cpu
     cpu=$(awk -v m="${mcpu:-0}" '/^TIME/ {print $2 + $3 + m}' "$out/$label.time")
     umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
-    grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
+    { grep -a '^RESULT ' "$console" || true; } | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
     echo "$label daemon-cpu-s ${cpu:-0}" >>"$results"
     [ -z "$mcpu" ] || echo "$label mergerfs-cpu-s $mcpu" >>"$results"
     # The daemon's memory (KiB, see the header): after start, after the scenario, the peak.

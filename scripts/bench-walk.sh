@@ -311,7 +311,7 @@ run_config() {
         request_counts "$dlog" "$out/$label.marks" | sed "s/^/$config /" >>"$counts"
         return
     fi
-    grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$config /" >>"$results"
+    { grep -a '^RESULT ' "$console" || true; } | tr -d '\r' | sed "s/^RESULT /$config /" >>"$results"
     if [ "$disk" = 0 ]; then
         echo "$config daemon-cpu-s $(awk -v m="$mcpu" '/^TIME/ {print $2 + $3 + m}' "$out/$label.time")" >>"$results"
     fi
