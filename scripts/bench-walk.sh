@@ -399,6 +399,7 @@ steps="find-cold ls-lR-cold ls-lR-2 ls-lR-3 stat-cold cat-cold untar cp-a rm-rf 
             if (!any) continue
             printf "| %s |", s[k]; for (i = 1; i <= nc; i++) printf " %s |", cell(v[c[i], s[k]]); print ""
         }
+        if (v["ext4", "find-cold"] == "") exit
         print ""
         print "Against the ext4 image: ext4 median / this median (above 1: ahead of the local disk)."
         print ""
