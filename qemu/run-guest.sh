@@ -7,7 +7,7 @@
 #                     [--kernel vmlinuz] [--initrd initramfs.cpio.gz]
 #                     [--extra-initrd archive.cpio]... [--no-initrd] [--allow-reboot]
 #                     [--qmp /tmp/qmp.sock] [--incoming unix:/tmp/mig.sock|defer]
-#                     [--device /tmp/v.sock:TAG]...
+#                     [--device /tmp/v.sock:TAG]... [--drive disk.img]...
 #
 # Start the backend first, e.g.
 #   union-virtiofsd --socket-path /tmp/u.sock --branch /srv/a=RW --branch /srv/b=RO &
@@ -56,6 +56,10 @@
 #                              (--device SOCK:TAG, repeatable) one more virtio-fs device per
 #                              backend socket, e.g. a second daemon side by side with the first
 #                              in the same guest (the scenario mounts TAG itself).
+#   -drive file=IMG,if=virtio,format=raw
+#                              (--drive IMG, repeatable) a raw disk image on virtio-blk
+#                              (/dev/vda, /dev/vdb, ...; the guest needs the virtio_blk module,
+#                              which our initramfs does not have: scripts/bench-walk.sh brings it).
 #   -incoming URI              (--incoming URI) a migration destination: the machine is created
 #                              but not booted; it waits for the migration stream on URI
 #                              (unix:PATH, or defer for a later migrate-incoming on QMP) and
@@ -68,7 +72,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
 socket="" tag=share queue_size=1024 request_queues=1 mem=512M smp=1 script="" append="" kernel="" initrd="" noinitrd=0 reboot=(-no-reboot)
-qmp=() incoming=() devices=()
+qmp=() incoming=() devices=() drives=()
 extras=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
@@ -89,6 +93,7 @@ while [ $# -gt 0 ]; do
     --qmp) qmp=(-qmp "unix:$2,server=on,wait=off"); shift 2 ;;
     --incoming) incoming=(-incoming "$2"); shift 2 ;;
     --device) devices+=("$2"); shift 2 ;;
+    --drive) drives+=(-drive "file=$2,if=virtio,format=raw"); shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "run-guest.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -144,7 +149,7 @@ exec qemu-system-x86_64 \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
     -chardev "socket,id=fs0,path=$socket" \
     -device "vhost-user-fs-pci,chardev=fs0,tag=$tag,queue-size=$queue_size,num-request-queues=$request_queues" \
-    "${device_args[@]}" \
+    "${device_args[@]}" "${drives[@]}" \
     -kernel "$kernel" "${initrd_args[@]}" \
     -append "console=ttyS0 panic=-1 quiet loglevel=4 uvfs.tag=$tag $append" \
     -nographic -nodefaults -serial mon:stdio \

@@ -9,7 +9,7 @@
 #
 #   scripts/bench-guest.sh [--runs N] [--out DIR] [--queues Q] [--versus virtiofsd|one-queue]
 #                          [--fio-only | --meta-only | --buffered] [--writeback]
-#                          [--kernel-suite SUITE] [--count-requests]
+#                          [--kernel-suite SUITE] [--count-requests] [--with-mergerfs]
 #                          [--same-guest [--boots B] [--phases]] [-- extra daemon args]
 #
 # --same-guest: one boot for all runs with both daemons side by side in it (two virtio-fs
@@ -23,6 +23,13 @@
 # session-shmem row) before the rounds and after each part of the scenario (the fio
 # rows, the metadata rows, the tree), the guest waiting while the host reads both daemons, and
 # prints what each part added to the daemon that ran it (also in OUT/phases.txt).
+#
+# --with-mergerfs (separate boots, versus virtiofsd): a third boot per run, virtiofsd 1.14
+# sharing a mergerfs pool (the apt package, scripts/lib.sh's mergerfs_mount) of that boot's
+# tmpfs, the way a mergerfs user serves a union to a guest today, and a second table of ours
+# against it in OUT/bench-guest-mergerfs.md (with its runs in OUT/runs-mergerfs.md); its
+# daemon-cpu-s is virtiofsd's and mergerfs' together (mergerfs-cpu-s: mergerfs' alone), its
+# memory rows virtiofsd's alone.
 #
 # --fio-only runs the fio rows alone, --meta-only all but them (the metadata and tree rows).
 #
@@ -55,7 +62,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-guest" queues=1 suite="" versus=virtiofsd fio_only=0 extra=()
-buffered=0 wb=() same_guest=0 boots=1 phases=0 meta_only=0 count_requests=0
+buffered=0 wb=() same_guest=0 boots=1 phases=0 meta_only=0 count_requests=0 with_mergerfs=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -65,6 +72,7 @@ while [ $# -gt 0 ]; do
     --fio-only) fio_only=1; shift ;;
     --meta-only) meta_only=1; shift ;;
     --count-requests) count_requests=1; shift ;;
+    --with-mergerfs) with_mergerfs=1; shift ;;
     --buffered) buffered=1; shift ;;
     --writeback) wb=(--writeback); shift ;;
     --kernel-suite) suite=$2; shift 2 ;;
@@ -213,15 +221,19 @@ mem_tree() {
 }
 
 # One guest run against backend command "$@" ({socket} and {dir} replaced); appends
-# "name value" lines to $results.
+# "name value" lines to $results. Label mergerfs: {dir} is a mergerfs pool of the tmpfs.
 run_one() {
     local label=$1 rq=$2; shift 2
-    local dir sock log console pid a
+    local dir sock log console pid a shared mcpu=""
     dir=$(mktemp -d /tmp/uvfs-bench.XXXXXX)
     mount -t tmpfs -o size=1G tmpfs "$dir"
-    sock="$dir.sock" log="$out/$label.daemon.log" console="$out/$label.console.log"
+    sock="$dir.sock" log="$out/$label.daemon.log" console="$out/$label.console.log" shared=$dir
+    if [ "$label" = mergerfs ]; then
+        shared="$dir.pool"
+        mergerfs_mount "$shared" "$dir"
+    fi
     local args=()
-    for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$dir}"); done
+    for a in "$@"; do a=${a//\{socket\}/$sock}; args+=("${a//\{dir\}/$shared}"); done
     # GNU time reports the daemon's CPU seconds once it exits (when the guest
     # powers off): wait4's usage includes the sandboxed child the daemon waited for.
     /usr/bin/time -f 'TIME %U %S' -o "$out/$label.time" "${args[@]}" >"$log" 2>&1 &
@@ -255,11 +267,16 @@ run_one() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     pkill -TERM -P "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+    if [ "$label" = mergerfs ]; then
+        mergerfs_umount "$shared"
+        mcpu=$MERGERFS_CPU
+    fi
     local cpu
-    cpu=$(awk '/^TIME/ {print $2 + $3}' "$out/$label.time")
+    cpu=$(awk -v m="${mcpu:-0}" '/^TIME/ {print $2 + $3 + m}' "$out/$label.time")
     umount "$dir"; rmdir "$dir"; rm -f "$sock" "$sock.pid"
-    grep -a '^RESULT ' "$console" | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
+    { grep -a '^RESULT ' "$console" || true; } | tr -d '\r' | sed "s/^RESULT /$label /" >>"$results"
     echo "$label daemon-cpu-s ${cpu:-0}" >>"$results"
+    [ -z "$mcpu" ] || echo "$label mergerfs-cpu-s $mcpu" >>"$results"
     # The daemon's memory (KiB, see the header): after start, after the scenario, the peak.
     mem_lines "$label" "$idle" "$session" >>"$results"
     grep -q '^=== SCENARIO EXIT 0' <(tr -d '\r' <"$console") || log "$label: scenario did not finish (see $console)"
@@ -389,6 +406,9 @@ rm -f "$out/phases.raw"
 if [ "$count_requests" = 1 ] && { [ "$same_guest" = 1 ] || [ "$versus" != virtiofsd ]; }; then
     die "--count-requests: separate boots, versus virtiofsd"
 fi
+if [ "$with_mergerfs" = 1 ] && { [ "$same_guest" = 1 ] || [ "$versus" != virtiofsd ]; }; then
+    die "--with-mergerfs: separate boots, versus virtiofsd"
+fi
 if [ "$same_guest" = 1 ]; then
     [ "$versus" = virtiofsd ] && [ "$queues" = 1 ] || die "--same-guest: one queue, versus virtiofsd"
     for b in $(seq "$boots"); do
@@ -408,6 +428,10 @@ for i in $(seq "$runs"); do
             run_one theirs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${wb[@]}"
         fi
     done
+    if [ "$with_mergerfs" = 1 ]; then
+        log "run $i/$runs: mergerfs + virtiofsd"
+        run_one mergerfs 1 "$vfsd" --socket-path '{socket}' --shared-dir '{dir}' "${wb[@]}"
+    fi
 done
 
 if [ "$count_requests" = 1 ]; then
@@ -430,9 +454,18 @@ if [ "$count_requests" = 1 ]; then
 fi
 
 # Medians and ratios; rows where less is better (CPU, memory) are inverted so that > 1 is ours ahead.
-median_table "$head_ours" "$head_theirs" 'cpu|rss|anon|file|shmem' "$results" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
+grep -v '^mergerfs ' "$results" >"$out/pair.txt" || true
+median_table "$head_ours" "$head_theirs" 'cpu|rss|anon|file|shmem' "$out/pair.txt" 2>"$out/ratios.dat" | tee "$out/bench-guest.md"
 # Each run's ratio, their geometric mean and its standard error (OUT/runs.md).
-run_ratios 'cpu|rss|anon|file|shmem' "$results" | tee "$out/runs.md"
+run_ratios 'cpu|rss|anon|file|shmem' "$out/pair.txt" | tee "$out/runs.md"
+if [ "$with_mergerfs" = 1 ]; then
+    # Ours against mergerfs + virtiofsd: its lines as "theirs".
+    awk '($1 == "ours" || $1 == "mergerfs") && $2 != "mergerfs-cpu-s" {print ($1 == "ours" ? "ours" : "theirs"), $2, $3}' \
+        "$results" >"$out/pair.txt"
+    median_table "$head_ours" "mergerfs + virtiofsd 1.14" 'cpu|rss|anon|file|shmem' "$out/pair.txt" \
+        2>/dev/null | tee "$out/bench-guest-mergerfs.md"
+    run_ratios 'cpu|rss|anon|file|shmem' "$out/pair.txt" | tee "$out/runs-mergerfs.md"
+fi
 
 gnuplot <<EOF
 set terminal png size 1000,500

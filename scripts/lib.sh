@@ -311,3 +311,42 @@ side_by_side_stop() {
         umount "$d"; rmdir "$d"; rm -f "$d.sock" "$d.sock.pid"
     done
 }
+
+# mergerfs_mount POOL BRANCH...: mounts mergerfs (the apt package, installed if absent) in the
+# foreground, in the background of this shell, with the BRANCHes (colon-joined, in order) on
+# POOL, allow_other so that a sandboxed virtiofsd sharing POOL may enter it, minfreespace=0
+# as the benchmarks run this daemon (mergerfs' default, 4G, refuses every create on a 1 GiB
+# tmpfs), and otherwise mergerfs' defaults (category.create=epmfs, cache.files=libfuse).
+# Sets MERGERFS_PID.
+mergerfs_mount() {
+    local pool=$1 list
+    shift
+    command -v mergerfs >/dev/null || as_root apt-get install -y -qq --no-install-recommends mergerfs >&2
+    list=$(IFS=:; echo "$*")
+    mkdir -p "$pool"
+    mergerfs -f -o allow_other,minfreespace=0 "$list" "$pool" >"$pool.mergerfs.log" 2>&1 &
+    MERGERFS_PID=$!
+    for _ in $(seq 200); do mountpoint -q "$pool" && return 0; sleep 0.05; done
+    cat "$pool.mergerfs.log" >&2
+    die "mergerfs did not mount $pool"
+}
+
+# proc_cpu PID: the CPU seconds (user + system) PID and the children it has waited for used.
+proc_cpu() {
+    awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15 + $16 + $17) / hz}' /proc/"$1"/stat 2>/dev/null ||
+        echo 0
+}
+
+# mergerfs_umount POOL: sets MERGERFS_CPU to mergerfs' CPU seconds (proc_cpu), unmounts
+# POOL (lazily if busy) and waits for mergerfs to exit.
+mergerfs_umount() {
+    local pool=$1
+    # shellcheck disable=SC2034 # read by the caller
+    MERGERFS_CPU=$(proc_cpu "$MERGERFS_PID")
+    umount "$pool" 2>/dev/null || umount -l "$pool" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$MERGERFS_PID" 2>/dev/null || break; sleep 0.05; done
+    kill "$MERGERFS_PID" 2>/dev/null || true
+    wait "$MERGERFS_PID" 2>/dev/null || true
+    rmdir "$pool" 2>/dev/null || true
+    rm -f "$pool.mergerfs.log"
+}
