@@ -8,7 +8,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use super::socket_path::{directory_of, directory_takes_a_socket, kind, Directory, SUN_PATH_MAX};
+use super::socket_path::{directory_takes, kind, Directory, SUN_PATH_MAX};
 
 /// Why the daemon will not use `--ctl-socket`: bad input, nothing made (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -24,31 +24,13 @@ pub enum Error {
         /// Its length in bytes.
         len: usize,
     },
-    /// The directory meant to hold the socket does not exist.
-    #[error("--ctl-socket {}: directory {} does not exist", path.display(), dir.display())]
-    NoDirectory {
+    /// The socket's directory cannot hold it.
+    #[error("--ctl-socket {}: {why}", path.display())]
+    Directory {
         /// `--ctl-socket`.
         path: PathBuf,
-        /// Its parent directory.
-        dir: PathBuf,
-    },
-    /// What should be the socket's directory is something else.
-    #[error("--ctl-socket {}: {} is not a directory", path.display(), dir.display())]
-    NotADirectory {
-        /// `--ctl-socket`.
-        path: PathBuf,
-        /// Its parent.
-        dir: PathBuf,
-    },
-    /// The daemon may not make the socket in its directory.
-    #[error("--ctl-socket {}: cannot create files in directory {}: {source}", path.display(), dir.display())]
-    CreateIn {
-        /// `--ctl-socket`.
-        path: PathBuf,
-        /// Its parent directory.
-        dir: PathBuf,
-        /// Why (EACCES, EROFS…).
-        source: io::Error,
+        /// What is wrong with its directory.
+        why: Directory,
     },
     /// What is at the path cannot be looked at.
     #[error("--ctl-socket {}: cannot look at it: {source}", path.display())]
@@ -100,29 +82,10 @@ pub fn check(path: &Path) -> Result<(), Error> {
             len,
         });
     }
-    let dir = directory_of(path);
-    match directory_takes_a_socket(&dir) {
-        Ok(()) => {}
-        Err(Directory::Missing) => {
-            return Err(Error::NoDirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(Directory::NotOne) => {
-            return Err(Error::NotADirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(Directory::Refuses(source)) => {
-            return Err(Error::CreateIn {
-                path: path.into(),
-                dir,
-                source,
-            })
-        }
-    }
+    directory_takes(path).map_err(|why| Error::Directory {
+        path: path.into(),
+        why,
+    })?;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(Error::Inspect {
@@ -214,7 +177,16 @@ mod tests {
         );
         assert_eq!(std::fs::read(&f).unwrap(), b"x");
         let e = check(&d.path().join("no/c")).unwrap_err();
-        assert!(matches!(e, Error::NoDirectory { .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Directory {
+                    why: Directory::Missing(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let long = d.path().join("c".repeat(SUN_PATH_MAX));
         assert!(matches!(check(&long), Err(Error::TooLong { .. })));
     }

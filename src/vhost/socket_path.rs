@@ -34,31 +34,13 @@ pub enum Error {
         /// The longest it may be.
         max: usize,
     },
-    /// The directory meant to hold the socket does not exist.
-    #[error("--socket-path {}: directory {} does not exist", path.display(), dir.display())]
-    NoDirectory {
+    /// The socket's directory cannot hold it.
+    #[error("--socket-path {}: {why}", path.display())]
+    Directory {
         /// `--socket-path`.
         path: PathBuf,
-        /// Its parent directory.
-        dir: PathBuf,
-    },
-    /// What should be the socket's directory is something else.
-    #[error("--socket-path {}: {} is not a directory", path.display(), dir.display())]
-    NotADirectory {
-        /// `--socket-path`.
-        path: PathBuf,
-        /// Its parent.
-        dir: PathBuf,
-    },
-    /// The daemon may not make its files in the socket's directory.
-    #[error("--socket-path {}: cannot create files in directory {}: {source}", path.display(), dir.display())]
-    CreateIn {
-        /// `--socket-path`.
-        path: PathBuf,
-        /// Its parent directory.
-        dir: PathBuf,
-        /// Why (EACCES, EROFS…).
-        source: io::Error,
+        /// What is wrong with its directory.
+        why: Directory,
     },
     /// What is at one of the daemon's paths cannot be looked at.
     #[error("--socket-path {}: cannot look at {}: {source}", path.display(), file.display())]
@@ -134,27 +116,37 @@ pub fn beside(socket: &Path, suffix: &str) -> PathBuf {
     p.push(suffix);
     PathBuf::from(p)
 }
-/// Why a socket cannot be made in a directory.
-pub(super) enum Directory {
+/// Why a socket cannot be made in its directory (said after the option and path it is for).
+#[derive(Debug, thiserror::Error)]
+pub enum Directory {
     /// There is none.
-    Missing,
+    #[error("directory {} does not exist", .0.display())]
+    Missing(PathBuf),
     /// It is not a directory (or a component of its path is not).
-    NotOne,
+    #[error("{} is not a directory", .0.display())]
+    NotOne(PathBuf),
     /// It cannot be inspected, or this process may not create a file in it.
-    Refuses(io::Error),
+    #[error("cannot create files in directory {}: {source}", dir.display())]
+    Refuses {
+        /// The directory.
+        dir: PathBuf,
+        /// Why (EACCES, EROFS…).
+        source: io::Error,
+    },
 }
 
-/// Whether a socket can be made in `dir`: it exists, is a directory, and this process may
-/// create a file in it.
-pub(super) fn directory_takes_a_socket(dir: &Path) -> Result<(), Directory> {
-    match std::fs::metadata(dir) {
+/// Whether a socket can be made beside `socket`, in its directory: it exists, is a
+/// directory, and this process may create a file in it.
+pub(super) fn directory_takes(socket: &Path) -> Result<(), Directory> {
+    let dir = directory_of(socket);
+    match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(Directory::NotOne),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Directory::Missing),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Err(Directory::NotOne),
-        Err(e) => return Err(Directory::Refuses(e)),
+        Ok(_) => return Err(Directory::NotOne(dir)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Directory::Missing(dir)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Err(Directory::NotOne(dir)),
+        Err(source) => return Err(Directory::Refuses { dir, source }),
     }
-    crate::sys::files::may_create_in(dir).map_err(Directory::Refuses)
+    crate::sys::files::may_create_in(&dir).map_err(|source| Directory::Refuses { dir, source })
 }
 
 /// The socket's directory (`.` for a bare name).
@@ -244,29 +236,10 @@ pub fn check_files(path: &Path, ctl: &Path) -> Result<(), Error> {
             max,
         });
     }
-    let dir = directory_of(path);
-    match directory_takes_a_socket(&dir) {
-        Ok(()) => {}
-        Err(Directory::Missing) => {
-            return Err(Error::NoDirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(Directory::NotOne) => {
-            return Err(Error::NotADirectory {
-                path: path.into(),
-                dir,
-            })
-        }
-        Err(Directory::Refuses(source)) => {
-            return Err(Error::CreateIn {
-                path: path.into(),
-                dir,
-                source,
-            })
-        }
-    }
+    directory_takes(path).map_err(|why| Error::Directory {
+        path: path.into(),
+        why,
+    })?;
     let at = |file: &Path| match std::fs::symlink_metadata(file) {
         Ok(m) => Ok(Some(m.file_type())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -350,10 +323,12 @@ pub(super) fn bind(path: &Path, ctl_path: &Path, group: Option<u32>) -> Result<B
                 kind: "a symlink",
             }
             .into(),
-            Some(libc::EACCES | libc::EPERM | libc::EROFS) => Error::CreateIn {
+            Some(libc::EACCES | libc::EPERM | libc::EROFS) => Error::Directory {
                 path: path.into(),
-                dir: directory_of(path),
-                source,
+                why: Directory::Refuses {
+                    dir: directory_of(path),
+                    source,
+                },
             }
             .into(),
             _ => VhostError::PidFile {
