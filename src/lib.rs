@@ -8,6 +8,7 @@ pub mod confine;
 pub mod ctl;
 pub mod docs;
 pub mod fs;
+pub mod fuse;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

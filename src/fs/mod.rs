@@ -48,7 +48,7 @@ use handle::HandleTable;
 use inode::InodeTable;
 use options::UnionOptions;
 use view::View;
-pub use view::ViewScope;
+pub use view::{SharedView, ViewScope};
 
 /// Everything the filesystem layer needs to know, built by `config`.
 #[derive(Clone, Debug)]

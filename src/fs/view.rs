@@ -42,6 +42,26 @@ pub struct ViewScope {
     prev: Option<(usize, Arc<View>)>,
 }
 
+impl ViewScope {
+    /// The view this scope pinned, for another thread serving part of the same request.
+    pub fn share(&self) -> SharedView {
+        SharedView(PINNED.with(|p| p.borrow().clone()))
+    }
+}
+
+/// A request's pinned view, as another thread takes it ([`ViewScope::share`]).
+#[derive(Clone)]
+pub struct SharedView(Option<(usize, Arc<View>)>);
+
+impl SharedView {
+    /// Pins this view for what the calling thread serves of the request, until the scope
+    /// ends.
+    pub fn enter(&self) -> ViewScope {
+        let prev = PINNED.with(|p| p.replace(self.0.clone()));
+        ViewScope { prev }
+    }
+}
+
 impl Drop for ViewScope {
     fn drop(&mut self) {
         let prev = self.prev.take();

@@ -17,7 +17,7 @@ use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
-use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, Le32};
+use vm_memory::{ByteValued, GuestAddressSpace, Le32};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -27,11 +27,7 @@ use super::dispatch::Dispatcher;
 use super::dispatch::Place;
 use super::pool::Pool;
 
-/// How guest memory marks what the daemon writes into it: nothing until the front-end
-/// shares a dirty log (VHOST_USER_SET_LOG_BASE, for a migration), then every page written.
-pub type Logged = vhost_user_backend::bitmap::BitmapMmapRegion;
-/// Guest memory as the vhost-user handler maps it.
-pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap<Logged>>;
+pub use super::chain::{GuestMem, Logged};
 /// One virtqueue shared between its event-loop thread and the workers.
 pub type Vring = super::vring::FsVring;
 
@@ -92,7 +88,7 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
 
 impl<F> FsBackend<F>
 where
-    F: super::dispatch::ServedFs,
+    F: crate::fuse::ServedFs,
 {
     /// Builds the backend; `thread_pool_size == 0` serves requests on the queue threads.
     pub fn new(
@@ -161,7 +157,7 @@ where
                 let t = std::time::Instant::now();
                 // QEMU's destination cannot say what it reads: the newest version.
                 let bytes = d
-                    .save_state(m.export, super::state::Versions::OURS)
+                    .save_state(m.export, crate::fuse::state::Versions::OURS)
                     .map_err(io::Error::other)?;
                 let mut file = file;
                 std::io::Write::write_all(&mut file, &bytes)?;
@@ -212,7 +208,7 @@ where
     pub fn hand_over(
         &self,
         rings: &[Vring],
-        reads: super::state::Versions,
+        reads: crate::fuse::state::Versions,
     ) -> io::Result<(Vec<u8>, Vec<u16>)> {
         if self.transfer.locked().is_some() {
             return Err(io::Error::other("a device state transfer runs"));
@@ -239,7 +235,7 @@ where
         info!(
             "upgrade: session saved ({} bytes, device state version {}), {locks} host locks let go for the new daemon",
             bytes.len(),
-            super::state::version_of(&bytes).unwrap_or(0)
+            crate::fuse::state::version_of(&bytes).unwrap_or(0)
         );
         Ok((bytes, positions))
     }
@@ -418,7 +414,7 @@ fn complete(vring: &Vring, head: u16, len: u32, event_idx: bool) {
 
 /// The rings start again on this daemon after its device state was saved: the session did
 /// not move, so the host locks let go for the next daemon are taken again.
-fn resume<F: super::dispatch::ServedFs>(d: &Dispatcher<F>) {
+fn resume<F: crate::fuse::ServedFs>(d: &Dispatcher<F>) {
     let lost = d.fs.retake_host_locks();
     if lost == 0 {
         info!("rings started again after the device state was saved: the guest's locks are held again");
@@ -429,7 +425,7 @@ fn resume<F: super::dispatch::ServedFs>(d: &Dispatcher<F>) {
 
 impl<F> VhostUserBackend for FsBackend<F>
 where
-    F: super::dispatch::ServedFs,
+    F: crate::fuse::ServedFs,
 {
     type Bitmap = Logged;
     type Vring = Vring;

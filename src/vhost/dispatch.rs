@@ -1,71 +1,29 @@
-//! Serves one FUSE request from one descriptor chain, walked once. The header is read from
-//! guest memory once; where the request runs and who answers it is decided by the opcode
-//! table (`opcode.rs`): READ and WRITE from the chain's buffers (`io.rs`), the frequent
-//! metadata requests from a private copy of their body straight into the reply buffers
-//! (`meta.rs`), INIT and the daemon's other handlers (`own.rs`), the remaining known opcodes
-//! by fuse-backend-rs's `Server` from a private copy of the request (a copy, so the guest
-//! cannot change a request between the checks made on it and its use), the rest ENOSYS.
-//! Every request that needs a reply gets one. Guest input is untrusted: nothing here may
-//! panic on it.
+//! Serves one FUSE request from one descriptor chain, walked once: its buffers mapped, the
+//! header read from guest memory once, the request placed by the opcode table's cost (here on
+//! the queue thread, on a worker, or on a thread of its own), then handed to the protocol
+//! server (`crate::fuse`) as cursors over the chain's buffers. A large READ's data may be
+//! filled by several threads (`split.rs`). Knows descriptors, not FUSE opcodes beyond their
+//! cost. Guest input is untrusted: nothing here may panic on it.
 
-use std::cell::RefCell;
+use std::io;
 use std::mem::size_of;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, Opcode, OutHeader};
-use fuse_backend_rs::api::filesystem::{Context, FileSystem};
-use fuse_backend_rs::api::server::Server;
-use fuse_backend_rs::transport::{pagesize, FuseBuf, Reader, VirtioFsWriter, Writer};
-use log::{debug, error, info, warn};
+use fuse_backend_rs::abi::fuse_abi::{InHeader, OutHeader};
+use log::{debug, warn};
 use virtio_queue::DescriptorChain;
-use vm_memory::bitmap::BitmapSlice;
 
-/// A request's view of guest memory (writes into it are logged while migrating).
-type Slice = Logged;
-
-use super::backend::Logged;
-use super::chain::{Bad, Cursor, Mapped, Parts, Ring};
-use super::init::{self, Negotiated};
-use super::io;
-use super::meta::Meta;
-use super::opcode::{self, Own, ServedBy};
+use super::chain::{Bad, Mapped, Parts, Ring};
 use super::pool::Pool;
-use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 use super::split::{self, ChainMemory};
-use super::waiters::Waiters;
-use crate::fs::own::OwnOps;
-use crate::fs::secctx;
-use crate::fs::session::Sessions;
-
-/// What the dispatcher needs of a filesystem: fuse-backend-rs's `FileSystem` for what its
-/// `Server` answers, and [`OwnOps`] for what this project answers itself.
-pub trait ServedFs:
-    FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
-{
-}
-
-impl<T> ServedFs for T where
-    T: FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
-{
-}
+use crate::fuse::{self, Cursor, Negotiated, ReadJob, ServedFs, Server};
 
 /// Turns descriptor chains into FUSE replies for one filesystem. Shared by all queue threads
 /// and workers.
-pub struct Dispatcher<F: FileSystem + Send + Sync> {
+pub struct Dispatcher<F> {
+    server: Server<F>,
+    /// The filesystem served (the server's).
     pub(super) fs: Arc<F>,
-    server: Server<Arc<F>>,
-    max_pages: u16,
-    /// The `--max-write` ceiling.
-    max_write: u32,
-    pub(super) page_size: usize,
-    /// [`Negotiated`] packed ([`Negotiated::pack`]).
-    limits: AtomicU64,
-    /// Requests waiting without bound (SETLKW), for FUSE_INTERRUPT and session ends.
-    pub(super) waiters: Waiters,
-    /// INIT flags fuse-backend-rs has no name for, enabled when the guest offers them.
-    raw_init_flags: u64,
     /// The worker pool, whose idle workers help fill a large READ (`split.rs`); none
     /// without a pool.
     helpers: Option<Arc<Pool>>,
@@ -76,11 +34,11 @@ pub struct Dispatcher<F: FileSystem + Send + Sync> {
 /// Where a request runs: the opcode table's cost; for READ and WRITE, their size (the
 /// third field of ReadIn and WriteIn, read from `r`, the cursor past the header).
 fn place_of(hdr: &InHeader, r: &Cursor<'_, '_, Mapped<'_>>) -> Place {
-    let info = opcode::info(hdr.opcode);
-    if info.cost == opcode::Cost::Blocking {
+    let info = fuse::info(hdr.opcode);
+    if info.cost == fuse::Cost::Blocking {
         return Place::OwnThread;
     }
-    let size = matches!(info.cost, opcode::Cost::FromSize(_))
+    let size = matches!(info.cost, fuse::Cost::FromSize(_))
         .then(|| {
             let mut args = r.clone();
             args.skip(16);
@@ -105,32 +63,13 @@ pub(crate) enum Place {
     OwnThread,
 }
 
-std::thread_local! {
-    /// Each thread's copy of the request it is serving, reused from request to request.
-    static REQUEST: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The largest request the `Server` accepts (its 1 MiB data cap plus a 4 KiB header).
-const SERVER_MAX_REQUEST: usize = (1 << 20) + 0x1000;
-
-impl<F> Dispatcher<F>
-where
-    F: ServedFs,
-{
+impl<F: ServedFs> Dispatcher<F> {
     /// Wraps `fs`; `max_pages` is the `--max-pages` ceiling (at most 1020).
     pub fn new(fs: F, max_pages: u16) -> Self {
         let fs = Arc::new(fs);
-        let page_size = pagesize();
-        let max_pages = max_pages.clamp(1, init::MAX_PAGES_LIMIT);
         Dispatcher {
-            server: Server::new(fs.clone()),
+            server: Server::new(fs.clone(), max_pages),
             fs,
-            max_pages,
-            max_write: u32::MAX,
-            page_size,
-            limits: AtomicU64::new(Negotiated::upper_bound(max_pages, page_size).pack()),
-            raw_init_flags: 0,
-            waiters: Waiters::default(),
             helpers: None,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
@@ -144,23 +83,19 @@ where
 
     /// Caps the `max_write` INIT announces at `bytes` (`--max-write`; none by default here).
     pub fn max_write(mut self, bytes: u32) -> Self {
-        self.max_write = bytes;
+        self.server = self.server.max_write(bytes);
         self
     }
 
     /// Negotiates FUSE_DIRECT_IO_ALLOW_MMAP when `on` (virtiofsd's `--allow-mmap`).
     pub fn allow_mmap(mut self, on: bool) -> Self {
-        if on {
-            self.raw_init_flags |= init::DIRECT_IO_ALLOW_MMAP;
-        } else {
-            self.raw_init_flags &= !init::DIRECT_IO_ALLOW_MMAP;
-        }
+        self.server = self.server.allow_mmap(on);
         self
     }
 
     /// The limits currently in force (after INIT: what the guest was told).
     pub fn limits(&self) -> Negotiated {
-        Negotiated::unpack(self.limits.load(Ordering::Acquire))
+        self.server.limits()
     }
 
     /// The wrapped filesystem, for assertions in tests.
@@ -171,70 +106,31 @@ where
 
     /// Forgets the session: the filesystem drops its state as on FUSE_DESTROY.
     pub fn reset(&self) {
-        self.waiters.interrupt_all();
-        self.fs.wake_waits();
-        self.fs.destroy();
-        self.limits.store(
-            Negotiated::upper_bound(self.max_pages, self.page_size).pack(),
-            Ordering::Release,
-        );
+        self.server.reset()
     }
 
     /// Ends the requests that wait without bound (lock waits), because the rings stop (see
     /// [`crate::fs::own::Cancel::RingStop`]). Whether there were any.
     pub fn stop_waits(&self) -> bool {
-        let n = self.waiters.stop_all();
-        if n > 0 {
-            log::info!("rings stopping: {n} lock waits end");
-            self.fs.wake_waits();
-        }
-        n > 0
+        self.server.stop_waits()
     }
 
-    /// The device state (see `state/`): what INIT negotiated and the filesystem's session, in
-    /// the newest version a peer reading `reads` reads (an error if the session needs a newer
-    /// one).
+    /// The device state (see `crate::fuse::state`), for a peer reading `reads`.
     pub fn save_state(
         &self,
         opts: crate::fs::session::ExportOptions,
-        reads: super::state::Versions,
-    ) -> Result<Vec<u8>, super::state::StateError> {
-        let limits = self.limits();
-        let state = super::state::DeviceState {
-            max_pages: limits.max_pages,
-            max_write: limits.max_write,
-            session: self.fs.export(opts),
-        };
-        super::state::encode_for(state, reads)
+        reads: fuse::state::Versions,
+    ) -> Result<Vec<u8>, fuse::state::StateError> {
+        self.server.save_state(opts, reads)
     }
 
-    /// Makes the device state in `bytes` (any version this daemon reads) this device's (see
-    /// `state/`). Nothing is loaded unless all of it decodes.
+    /// Makes the device state in `bytes` this device's (see `crate::fuse::state`).
     pub fn load_state(
         &self,
         bytes: &[u8],
         on_error: crate::fs::session::OnError,
-    ) -> std::io::Result<crate::fs::session::Imported> {
-        let s = super::state::decode(bytes).map_err(std::io::Error::other)?;
-        let lim = s.negotiated();
-        let max_write = usize::from(init::MAX_PAGES_LIMIT) * self.page_size;
-        if lim.max_pages == 0
-            || lim.max_pages > init::MAX_PAGES_LIMIT
-            || lim.max_write as usize > max_write
-        {
-            return Err(std::io::Error::other(format!(
-                "device state negotiated max_pages={} max_write={}, outside 1..={} and {max_write}",
-                lim.max_pages,
-                lim.max_write,
-                init::MAX_PAGES_LIMIT
-            )));
-        }
-        let done = self
-            .fs
-            .import(s.session, on_error)
-            .map_err(std::io::Error::other)?;
-        self.limits.store(lim.pack(), Ordering::Release);
-        Ok(done)
+    ) -> io::Result<crate::fs::session::Imported> {
+        self.server.load_state(bytes, on_error)
     }
 
     /// Serves the request in `chain`, whose descriptors are in `ring`'s table, arriving on a
@@ -293,298 +189,58 @@ where
             drop(parts);
             return Err((chain, place));
         }
-        let info = opcode::info(hdr.opcode);
-        debug!(
-            "unique={} opcode={} nodeid={} len={} uid={} pid={}",
-            hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
-        );
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let _view = self.fs.begin_request();
-            match info.served_by {
-                ServedBy::Daemon(own @ (Own::Read | Own::Write)) => {
-                    self.serve_io(own, &hdr, r, &parts, &chain)
-                }
-                _ => self.serve(&hdr, info, r, parts.writer(), mem, &chain, queue_size),
-            }
-        }))
-        .unwrap_or_else(|_| {
-            error!(
-                "unique={} opcode={}: filesystem panicked",
-                hdr.unique, hdr.opcode
-            );
-            Err(RequestError::Panic)
-        });
-        let used = match result {
-            Ok(n) => n,
-            Err(e) if !info.replies => {
-                debug!("unique={} opcode={}: {e}", hdr.unique, hdr.opcode);
-                0
-            }
-            Err(e) => {
-                let errno = e.errno();
-                warn!(
-                    "unique={} opcode={}: {e}; replying errno {errno}",
-                    hdr.unique, hdr.opcode
-                );
-                reply_errno(&mut parts.writer(), hdr.unique, errno).unwrap_or(0)
-            }
+        let link = Link {
+            queue_size,
+            parts: &parts,
+            chain: &chain,
+            helpers: self.helpers.as_deref(),
+            cpus: self.cpus,
+            unique: hdr.unique,
         };
+        let used = self.server.serve(&hdr, r, parts.writer(), &link);
         Ok(u32::try_from(used).unwrap_or(0))
     }
+}
 
-    /// Serves READ or WRITE straight from the chain's buffers (`r` is past the header,
-    /// `parts` the chain's buffers, `chain` the chain they were mapped from).
-    fn serve_io<M: ChainMemory>(
-        &self,
-        own: Own,
-        hdr: &InHeader,
-        r: Cursor<'_, '_, Mapped<'_>>,
-        parts: &Parts<'_, Mapped<'_>>,
-        chain: &DescriptorChain<M>,
-    ) -> Result<usize, RequestError> {
-        let mut w = parts.writer();
-        let mut ctx = Context::from(hdr);
-        if let Err(e) = self.fs.id_remap(&mut ctx) {
-            return reply_io_error(&mut w, hdr.unique, &e);
-        }
-        if own == Own::Write {
-            return io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write);
-        }
-        let max_read = self.limits().max_read(self.page_size);
-        io::read(hdr, r, w, max_read, |arg, owner, data| {
-            let read = split::ReadArgs {
-                ctx,
-                nodeid: hdr.nodeid,
-                arg: *arg,
-                owner,
-            };
-            let size = arg.size as usize;
-            let helpers = self
-                .helpers
-                .as_ref()
-                .filter(|_| size >= 2 * split::MIN_PIECE);
-            let count = helpers.map_or(1, |p| split::pieces(size, p.spare(), self.cpus));
-            match helpers {
-                Some(pool) if count > 1 => {
-                    debug!("unique={} READ in {count} pieces", hdr.unique);
-                    let spans = parts.writable_spans(size_of::<OutHeader>(), size);
-                    split::read(pool, &self.fs, read, data, spans, count, || M::hold(chain))
-                }
-                _ => self.fs.read(
-                    &ctx, hdr.nodeid, arg.fh, data, arg.size, arg.offset, owner, arg.flags,
-                ),
-            }
-        })
+/// One chain as the protocol server's transport: its queue's size, and the pool that may
+/// help fill its READ.
+struct Link<'c, 'p, 'a, M: ChainMemory> {
+    queue_size: u16,
+    parts: &'p Parts<'a, Mapped<'a>>,
+    chain: &'c DescriptorChain<M>,
+    helpers: Option<&'c Pool>,
+    cpus: usize,
+    unique: u64,
+}
+
+impl<'a, F, M> fuse::Transport<F, Mapped<'a>> for Link<'_, '_, 'a, M>
+where
+    F: ServedFs,
+    M: ChainMemory,
+{
+    fn max_pages(&self) -> u16 {
+        fuse::effective_max_pages(fuse::MAX_PAGES_LIMIT, self.queue_size)
     }
 
-    /// Serves a request whose header `hdr` was read from `r` (which is past it); `w` is the
-    /// reply's buffers. The `Server` and this daemon's other opcodes get fuse-backend-rs's
-    /// writer over the chain (and, for the latter, its reader, the header read again and
-    /// passed over: `hdr` is what counts).
-    #[allow(clippy::too_many_arguments)]
-    fn serve<M>(
+    /// A READ of two pieces or more, with workers idle, is filled by them and this thread
+    /// together (`split.rs`), each piece with the request's own view of the branches.
+    fn fill_read(
         &self,
-        hdr: &InHeader,
-        info: opcode::OpInfo,
-        r: Cursor<'_, '_, Mapped<'_>>,
-        mut w: Cursor<'_, '_, Mapped<'_>>,
-        mem: &M::Target,
-        chain: &DescriptorChain<M>,
-        queue_size: u16,
-    ) -> Result<usize, RequestError>
-    where
-        M: ChainMemory,
-    {
-        let writer = || -> Result<Writer<'_, Slice>, RequestError> {
-            Ok(VirtioFsWriter::new(mem, chain.clone())
-                .map_err(RequestError::Chain)?
-                .into())
-        };
-        let op = hdr.opcode;
-        match info.served_by {
-            ServedBy::Unsupported if !info.replies => Ok(0),
-            ServedBy::Unsupported => reply_errno(&mut w, hdr.unique, libc::ENOSYS),
-            ServedBy::Daemon(own) => {
-                let mut r: Reader<'_, Slice> = Reader::from_descriptor_chain(mem, chain.clone())
-                    .map_err(RequestError::Chain)?;
-                r.read_obj::<InHeader>().map_err(RequestError::Decode)?;
-                self.serve_own(own, hdr, r, writer()?, queue_size)
+        job: &ReadJob<'_, F>,
+        data: &mut Cursor<'_, '_, Mapped<'a>>,
+    ) -> io::Result<usize> {
+        let size = job.size();
+        let helpers = self.helpers.filter(|_| size >= 2 * split::MIN_PIECE);
+        let count = helpers.map_or(1, |p| split::pieces(size, p.spare(), self.cpus));
+        match helpers {
+            Some(pool) if count > 1 => {
+                debug!("unique={} READ in {count} pieces", self.unique);
+                let spans = self.parts.writable_spans(size_of::<OutHeader>(), size);
+                split::read(pool, job.to_owned(), data, spans, count, || {
+                    M::hold(self.chain)
+                })
             }
-            ServedBy::Direct(op) => {
-                if w.available() < info.min_reply {
-                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
-                }
-                self.serve_direct(op, info.replies, hdr, r, w)
-            }
-            ServedBy::Library => {
-                let room = w.available();
-                if room < info.min_reply {
-                    // The filesystem would open a handle or take a reference the guest could
-                    // never learn about (and so never release): refuse before acting.
-                    return reply_errno(&mut w, hdr.unique, libc::EINVAL);
-                }
-                let n = self.serve_copy(hdr, r, writer()?)?;
-                // fuse-backend-rs replies to DESTROY but reports 0 bytes written (and writes
-                // nothing where the chain has no room for the header).
-                if op == Opcode::Destroy as u32 && room >= size_of::<OutHeader>() {
-                    Ok(n.max(size_of::<OutHeader>()))
-                } else {
-                    Ok(n)
-                }
-            }
+            _ => job.fill(data, 0, size),
         }
-    }
-
-    /// Hands the request to the `Server` from this thread's private copy: the header as read
-    /// once, then the rest of the request copied out of guest memory in one pass.
-    ///
-    /// A request that carries extensions (a security context after a create's arguments)
-    /// reaches the `Server` without them, as it would without FUSE_SECURITY_CTX; the context
-    /// goes beside it ([`secctx::scoped`]).
-    pub(super) fn serve_copy(
-        &self,
-        hdr: &InHeader,
-        mut r: Cursor<'_, '_, Mapped<'_>>,
-        mut w: Writer<'_, Slice>,
-    ) -> Result<usize, RequestError> {
-        let (hdr, ext) = match self.body_of(hdr, &mut r) {
-            Ok(got) => got,
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
-        REQUEST.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            let len = (hdr.len as usize).min(SERVER_MAX_REQUEST);
-            buf.clear();
-            buf.resize(len, 0);
-            buf[..size_of::<InHeader>()].copy_from_slice(vm_memory::ByteValued::as_slice(&hdr));
-            std::io::Read::read_exact(&mut r, &mut buf[size_of::<InHeader>()..])
-                .map_err(RequestError::Decode)?;
-            let copy = Reader::from_fuse_buffer(FuseBuf::new(&mut buf[..]))
-                .map_err(RequestError::Chain)?;
-            secctx::scoped(ext, || self.server.handle_message(copy, w, None, None))
-                .map_err(RequestError::Server)
-        })
-    }
-
-    /// Serves a [`Meta`] request from a private copy of its body (on the stack unless large),
-    /// the reply written straight into `w`.
-    fn serve_direct(
-        &self,
-        op: Meta,
-        replies: bool,
-        hdr: &InHeader,
-        mut r: Cursor<'_, '_, Mapped<'_>>,
-        mut w: Cursor<'_, '_, Mapped<'_>>,
-    ) -> Result<usize, RequestError> {
-        // As the `Server`: a request over its size cap gets ENOMEM (a forget, nothing).
-        if hdr.len as usize > SERVER_MAX_REQUEST {
-            return match replies {
-                true => reply_errno(&mut w, hdr.unique, libc::ENOMEM),
-                false => Ok(0),
-            };
-        }
-        let (hdr, ext) = match self.body_of(hdr, &mut r) {
-            Ok(got) => got,
-            Err(_) if !replies => return Ok(0),
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
-        let mut body: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
-        body.resize(
-            (hdr.len as usize - size_of::<InHeader>()).min(SERVER_MAX_REQUEST),
-            0,
-        );
-        r.read_exact(&mut body).map_err(RequestError::Decode)?;
-        let mut ctx = Context::from(&hdr);
-        if let Err(e) = self.fs.id_remap(&mut ctx) {
-            return match replies {
-                true => reply_io_error(&mut w, hdr.unique, &e),
-                false => Ok(0),
-            };
-        }
-        secctx::scoped(ext, || self.serve_meta(op, &ctx, &hdr, &body, &mut w))
-    }
-
-    /// Checks the length the header `hdr` declares against the chain (`r` is past the
-    /// header) and takes any extensions off the end of the request, parsed; `r` is left at
-    /// the body, whose length is what the returned header declares. Errors are the guest's:
-    /// EINVAL for a length shorter than the header or longer than the chain's readable
-    /// bytes (a Linux guest's is always exact), or extensions that do not fit or parse.
-    fn body_of(
-        &self,
-        hdr: &InHeader,
-        r: &mut Cursor<'_, '_, Mapped<'_>>,
-    ) -> std::io::Result<(InHeader, Option<secctx::SecContext>)> {
-        let mut hdr = *hdr;
-        let Some(body_len) = (hdr.len as usize)
-            .checked_sub(size_of::<InHeader>())
-            .filter(|&n| n <= r.available())
-        else {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        };
-        let mut ext = None;
-        if hdr.padding as u16 != 0 {
-            // total_extlen: the low half of what fuse-backend-rs calls padding.
-            let ext_len = usize::from(hdr.padding as u16) * 8;
-            if ext_len > body_len {
-                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-            }
-            let mut tail = r.clone();
-            tail.skip(body_len - ext_len);
-            ext = self.extensions(&hdr, &mut tail)?;
-            hdr.len = (size_of::<InHeader>() + body_len - ext_len) as u32;
-            hdr.padding &= !0xffff;
-        }
-        Ok((hdr, ext))
-    }
-
-    pub(super) fn init<S: BitmapSlice>(
-        &self,
-        hdr: &InHeader,
-        mut r: Reader<'_, S>,
-        mut w: Writer<'_, S>,
-        queue_size: u16,
-    ) -> Result<usize, RequestError> {
-        let arg: InitIn = r.read_obj().map_err(RequestError::Decode)?;
-        if arg.major < fuse_backend_rs::abi::fuse_abi::KERNEL_VERSION {
-            error!("unsupported FUSE protocol {}.{}", arg.major, arg.minor);
-            return reply_errno(&mut w, hdr.unique, libc::EPROTO);
-        }
-        if arg.major > fuse_backend_rs::abi::fuse_abi::KERNEL_VERSION {
-            let out = init::version_reply();
-            return reply_ok(&mut w, hdr.unique, init::reply_bytes(&out, out.minor));
-        }
-        let flags2 = if u64::from(arg.flags) & FsOptions::INIT_EXT.bits() != 0 {
-            let ext: InitIn2 = r.read_obj().map_err(RequestError::Decode)?;
-            Some(ext.flags2)
-        } else {
-            None
-        };
-        let capable = init::capable(&arg, flags2);
-        // A new session: waits of an old one (a guest reset without DESTROY) end.
-        self.waiters.interrupt_all();
-        self.fs.wake_waits();
-        let want = match self.fs.init(capable) {
-            Ok(want) => want,
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
-        let offered = u64::from(arg.flags) | (u64::from(flags2.unwrap_or(0)) << 32);
-        let extra = match self.fs.init_extra(offered) {
-            Ok(bits) => bits,
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
-        let pages = init::effective_max_pages(self.max_pages, queue_size);
-        let (mut out, negotiated) =
-            init::build_reply(&arg, capable, want, pages, self.max_write, self.page_size);
-        init::enable_raw(&mut out, offered, self.raw_init_flags | extra);
-        debug!(
-            "FUSE INIT {}.{} offered {:?}, enabled {:#x}/{:#x}",
-            arg.major, arg.minor, capable, out.flags, out.flags2
-        );
-        info!(
-            "negotiated max_pages={} max_write={} (queue size {}, --max-pages {}, --max-write {})",
-            negotiated.max_pages, negotiated.max_write, queue_size, self.max_pages, self.max_write
-        );
-        self.limits.store(negotiated.pack(), Ordering::Release);
-        reply_ok(&mut w, hdr.unique, init::reply_bytes(&out, arg.minor))
     }
 }

@@ -1,30 +1,21 @@
-//! The vhost-user device: listening socket, queues, FUSE_INIT / max_pages negotiation, worker
-//! threads. Knows descriptors and queues, nothing about files (that is `fs`).
+//! The vhost-user device: listening socket, queues, worker threads, the daemon's lifecycle
+//! (upgrade in place, the front-end image). Knows descriptors and queues; the FUSE protocol
+//! is `crate::fuse`, files are `crate::fs`.
 
 mod backend;
 mod chain;
 pub mod ctl_socket;
 mod dispatch;
 mod frontend;
-mod init;
-mod io;
-mod meta;
-#[cfg(test)]
-mod meta_tests;
-mod opcode;
-mod own;
 mod pool;
 mod release;
-mod reply;
 pub mod socket_path;
 mod split;
-pub mod state;
 mod tap;
 #[cfg(test)]
 mod tests;
 pub mod upgrade;
 mod vring;
-mod waiters;
 
 use std::os::fd::AsFd;
 use std::os::unix::io::RawFd;
@@ -41,12 +32,12 @@ use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::{Error as DaemonError, VhostUserDaemon, VringEpollHandler};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
+pub use crate::fuse::{
+    effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
+};
 pub use backend::{FsBackend, MAX_QUEUE_SIZE};
 pub use chain::Ring;
 pub use dispatch::Dispatcher;
-pub use init::{
-    effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
-};
 pub use socket_path::remove_socket_files;
 pub use split::{ChainMemory, HeldMemory};
 
@@ -398,7 +389,7 @@ impl Bound {
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
     pub fn start<F>(self, fs: F) -> Result<Daemon<F>, Error>
     where
-        F: dispatch::ServedFs,
+        F: crate::fuse::ServedFs,
     {
         let cfg = &self.cfg;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages)
@@ -439,7 +430,7 @@ pub struct ControlSocket {
 
 impl<F> Daemon<F>
 where
-    F: dispatch::ServedFs,
+    F: crate::fuse::ServedFs,
 {
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
@@ -646,14 +637,14 @@ fn serve_upgrades(upgrades: &UnixListener, old: &dyn upgrade::Old) -> bool {
 
 /// The new daemon's side of an upgrade: loads the session, tells the handler what the
 /// front-end had set up, takes over and starts carrying the front-end's messages.
-fn take_over<F: dispatch::ServedFs>(
+fn take_over<F: crate::fuse::ServedFs>(
     backend: &FsBackend<F>,
     rings: &[vring::FsVring],
     handed: upgrade::Received,
     inner: UnixStream,
 ) -> Result<Arc<tap::Tap>, upgrade::Error> {
     let t = std::time::Instant::now();
-    let version = state::version_of(&handed.session).unwrap_or(0);
+    let version = crate::fuse::state::version_of(&handed.session).unwrap_or(0);
     let done = backend.take_over(&handed.session)?;
     let state = handed.replay(&inner)?;
     handed.take()?;
@@ -698,7 +689,7 @@ fn take_over<F: dispatch::ServedFs>(
 }
 
 /// The old daemon, as an upgrade sees it.
-struct OldSide<F: dispatch::ServedFs> {
+struct OldSide<F: crate::fuse::ServedFs> {
     backend: Arc<FsBackend<F>>,
     rings: Vec<vring::FsVring>,
     tap: Arc<OnceLock<Arc<tap::Tap>>>,
@@ -708,12 +699,15 @@ struct OldSide<F: dispatch::ServedFs> {
     pid_file: Option<std::fs::File>,
 }
 
-impl<F: dispatch::ServedFs> upgrade::Old for OldSide<F> {
+impl<F: crate::fuse::ServedFs> upgrade::Old for OldSide<F> {
     fn tap(&self) -> Option<Arc<tap::Tap>> {
         self.tap.get().cloned()
     }
 
-    fn hand_over(&self, reads: state::Versions) -> std::io::Result<(Vec<u8>, Vec<u16>)> {
+    fn hand_over(
+        &self,
+        reads: crate::fuse::state::Versions,
+    ) -> std::io::Result<(Vec<u8>, Vec<u16>)> {
         self.backend.hand_over(&self.rings, reads)
     }
 

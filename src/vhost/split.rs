@@ -18,16 +18,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use fuse_backend_rs::abi::fuse_abi::ReadIn;
-use fuse_backend_rs::api::filesystem::{Context, FileSystem};
 use virtio_queue::DescriptorChain;
 use vm_memory::atomic::GuestMemoryLoadGuard;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
-use super::backend::Logged;
-use super::chain::{cut_spans, map_spans, Cursor, Mapped};
-use super::dispatch::ServedFs;
+use super::chain::{cut_spans, map_spans, Logged, Mapped};
 use super::pool::Pool;
+use crate::fuse::{Cursor, OwnedRead, ServedFs};
 use crate::sync::{recover, LockRecover};
 
 /// Pieces are at least this large. Measured in a guest (`scripts/bench-maxpages.sh`, the
@@ -85,23 +82,9 @@ impl ChainMemory for Loaded {
 
 impl ChainMemory for &GuestMemoryMmap<Logged> {}
 
-/// One READ's arguments, what each piece is filled with.
-#[derive(Clone, Copy)]
-pub struct ReadArgs {
-    /// The caller, as the filesystem sees it.
-    pub ctx: Context,
-    /// The node read.
-    pub nodeid: u64,
-    /// READ's own arguments (handle, offset, size, flags).
-    pub arg: ReadIn,
-    /// The lock owner, when READ_LOCKOWNER is set.
-    pub owner: Option<u64>,
-}
-
 /// What the serving thread and the workers share for one split READ.
 struct Shared<F> {
-    fs: Arc<F>,
-    read: ReadArgs,
+    read: OwnedRead<F>,
     /// The reply's data area in guest memory, in order (`read.arg.size` bytes).
     spans: Vec<(GuestAddress, usize)>,
     /// Bytes per piece (the last may be shorter).
@@ -124,29 +107,17 @@ impl<F: ServedFs> Shared<F> {
     /// Piece `i`'s offset into the data and length.
     fn bounds(&self, i: usize) -> (usize, usize) {
         let start = i * self.piece;
-        (start, self.piece.min(self.read.arg.size as usize - start))
+        (start, self.piece.min(self.read.size() - start))
     }
 
     /// Fills piece `i` through `data`, a cursor over exactly its bytes, with the view the
-    /// calling thread has pinned.
+    /// calling thread has pinned (the request's).
     fn fill(&self, i: usize, data: &mut Cursor<'_, '_, Mapped<'_>>) -> io::Result<usize> {
         let (start, len) = self.bounds(i);
-        let r = &self.read;
         // A panic in the filesystem answers EIO for this piece; the other pieces and the
         // thread waiting for them carry on.
-        catch_unwind(AssertUnwindSafe(|| {
-            self.fs.read(
-                &r.ctx,
-                r.nodeid,
-                r.arg.fh,
-                data,
-                len as u32,
-                r.arg.offset + start as u64,
-                r.owner,
-                r.arg.flags,
-            )
-        }))
-        .unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EIO)))
+        catch_unwind(AssertUnwindSafe(|| self.read.fill(data, start, len)))
+            .unwrap_or_else(|_| Err(io::Error::from_raw_os_error(libc::EIO)))
     }
 
     /// Records piece `i`'s outcome, waking the serving thread at the last.
@@ -160,10 +131,10 @@ impl<F: ServedFs> Shared<F> {
     }
 
     /// A worker's part: pieces until none is left, each mapped from `held`. The worker
-    /// pins the filesystem's view of the branches as the serving thread did (the current
-    /// one: a READ on an open handle reads the file it opened whatever the branches are).
+    /// pins the view of the branches the READ's request pinned, not the current one: a
+    /// branch edit while the READ runs cannot serve its pieces from different branch sets.
     fn help(&self, held: &dyn HeldMemory) {
-        let _view = self.fs.begin_request();
+        let _view = self.read.enter();
         loop {
             let i = self.next.fetch_add(1, Ordering::AcqRel);
             if i >= self.count {
@@ -181,26 +152,24 @@ impl<F: ServedFs> Shared<F> {
     }
 }
 
-/// Fills READ `read`'s data, `data` (a cursor over exactly its `read.arg.size` bytes, whose
+/// Fills READ `read`'s data, `data` (a cursor over exactly its `read.size()` bytes, whose
 /// guest memory spans are `spans`), in `count` pieces: this thread fills the first and then
 /// any nobody has taken, `pool` workers (one job each, handed `hold()` for the memory) the
 /// others. Returns the bytes read as one read would: the pieces' bytes up to the first short
 /// piece; an error only when nothing before it was read.
 pub fn read<F: ServedFs>(
     pool: &Pool,
-    fs: &Arc<F>,
-    read: ReadArgs,
+    read: OwnedRead<F>,
     data: &Cursor<'_, '_, Mapped<'_>>,
     spans: Vec<(GuestAddress, usize)>,
     count: usize,
     mut hold: impl FnMut() -> Option<Box<dyn HeldMemory>>,
 ) -> io::Result<usize> {
-    let size = read.arg.size as usize;
+    let size = read.size();
     // Whole pages per piece, so each starts where a guest buffer does.
     let piece = size.div_ceil(count).next_multiple_of(4096);
     let count = size.div_ceil(piece);
     let shared = Arc::new(Shared {
-        fs: fs.clone(),
         read,
         spans,
         piece,
@@ -265,6 +234,87 @@ fn merge(results: impl Iterator<Item = io::Result<usize>>, piece: usize) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::{FsConfig, UnionFs, ROOT_ID};
+    use fuse_backend_rs::abi::fuse_abi::ReadIn;
+    use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+    use vm_memory::Bytes;
+
+    struct Owned(GuestMemoryMmap<Logged>);
+
+    impl HeldMemory for Owned {
+        fn memory(&self) -> &GuestMemoryMmap<Logged> {
+            &self.0
+        }
+    }
+
+    /// A branch edit while a READ runs: the pieces a worker fills are served from the view of
+    /// the branches the READ's request pinned, like the pieces the serving thread fills, not
+    /// from the one current when the worker starts (here: `nullrw`, switched on after the
+    /// request began, would leave the worker's pieces unread).
+    #[test]
+    fn a_worker_fills_its_pieces_with_the_requests_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 2 * MIN_PIECE;
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let branch = format!("{}=RW", dir.path().display()).parse().unwrap();
+        let fs = Arc::new(
+            UnionFs::new(FsConfig {
+                branches: vec![branch],
+                opts: Default::default(),
+                ids: Default::default(),
+            })
+            .unwrap(),
+        );
+        let ctx = Context::new();
+        let node = fs.lookup(&ctx, ROOT_ID, c"f").unwrap().inode;
+        let (fh, _, _) = fs.open(&ctx, node, libc::O_RDONLY as u32, 0).unwrap();
+        // The request begins: its view is pinned. Then the host changes the options.
+        let scope = fs.pin_view();
+        fs.update_options(|o| {
+            o.nullrw = true;
+            Ok(())
+        })
+        .unwrap();
+        let arg = ReadIn {
+            fh: fh.unwrap(),
+            size: size as u32,
+            ..Default::default()
+        };
+        let mem = GuestMemoryMmap::<Logged>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        let shared = Arc::new(Shared {
+            read: OwnedRead::new(fs.clone(), ctx, node, arg, None, Some(scope.share())),
+            spans: vec![(GuestAddress(0), size)],
+            piece: MIN_PIECE,
+            count: 2,
+            // Every piece is the worker's.
+            next: AtomicUsize::new(0),
+            done: Mutex::new(Done {
+                results: vec![None, None],
+                count: 0,
+            }),
+            finished: Condvar::new(),
+        });
+        let held = Owned(mem.clone());
+        let worker = shared.clone();
+        std::thread::spawn(move || worker.help(&held))
+            .join()
+            .unwrap();
+        let done = shared.done.locked();
+        assert_eq!(done.count, 2);
+        for r in &done.results {
+            assert_eq!(*r.as_ref().unwrap().as_ref().unwrap(), MIN_PIECE);
+        }
+        let mut got = vec![0u8; size];
+        mem.read_slice(&mut got, GuestAddress(0)).unwrap();
+        assert!(
+            got == data,
+            "the worker read the file as the request's view says"
+        );
+        // A request that begins now sees the new options.
+        drop(scope);
+        assert!(fs.options().nullrw);
+    }
 
     #[test]
     fn pieces_follow_size_threads_and_cpus() {

@@ -506,14 +506,11 @@ fn costly_requests_are_told_apart_from_cheap_ones() {
     );
 }
 
-/// The `Server` parses the header the dispatcher read, never guest memory again: a guest that
+/// The protocol server parses the header the dispatcher read, never guest memory again: a guest that
 /// rewrites its request after the dispatcher looked at it cannot change what is served.
 #[test]
 fn a_request_is_decoded_from_guest_memory_once() {
-    use fuse_backend_rs::transport::{VirtioFsWriter, Writer};
-    let d = Dispatcher::new(FakeFs::default(), 256);
     let mem = memory();
-    init(&d, &mem, 1024);
     // What the dispatcher read: GETATTR (the fake filesystem answers ENOSYS).
     let seen = header(Opcode::Getattr, 7, 16);
     // What guest memory holds by the time the request is served: a LOOKUP of "x" (ENOENT).
@@ -542,9 +539,8 @@ fn a_request_is_decoded_from_guest_memory_once() {
     let parts = super::chain::Parts::of_chain(&mem, &chain, ring).unwrap();
     let mut r = parts.reader();
     r.read_obj::<InHeader>().unwrap();
-    let w: Writer<'_, crate::vhost::backend::Logged> =
-        VirtioFsWriter::new(&mem, chain).unwrap().into();
-    let n = d.serve_copy(&seen, r, w).unwrap();
+    let server = crate::fuse::Server::new(std::sync::Arc::new(FakeFs::default()), 256);
+    let n = server.serve(&seen, r, parts.writer(), &crate::fuse::Plain(256));
     let mut reply = vec![0u8; n];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
         .unwrap();

@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::frontend::FrontendImage;
-use super::state::Versions;
+use crate::fuse::state::Versions;
 use crate::sys::uds;
 
 /// Version of the conversation's frames (both daemons must speak the same): 1 since the

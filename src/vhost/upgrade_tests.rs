@@ -3,7 +3,7 @@
 //! again byte for byte, and so is this daemon's hello with its tail. See `tests/golden/`.
 
 use super::*;
-use crate::vhost::state;
+use crate::fuse::state;
 
 /// `tests/golden/NAME`.
 macro_rules! golden {

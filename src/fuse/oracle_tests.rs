@@ -1,7 +1,8 @@
-//! The metadata requests served by `meta.rs` get the replies fuse-backend-rs's `Server`
-//! gives, byte for byte: each request is served by the dispatcher and by a `Server` over the
-//! same filesystem, from the same bytes, and the replies are compared (successes, errors,
-//! listings cut by the guest's buffer, malformed names).
+//! The requests the router serves get the replies fuse-backend-rs's `Server` gives, byte for
+//! byte: each request is served by this project's protocol server (through plain byte
+//! buffers) and by a `Server` over the same filesystem (through a descriptor chain), from the
+//! same bytes, and the replies are compared (successes, errors, listings cut by the guest's
+//! buffer, malformed names).
 
 use std::ffi::CStr;
 use std::io;
@@ -24,9 +25,7 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::Dispatcher;
-
-type Mem = GuestMemoryMmap<crate::vhost::backend::Logged>;
+type Mem = GuestMemoryMmap<()>;
 
 const REQ_ADDR: u64 = 0x10_0000;
 const REPLY_ADDR: u64 = 0x80_0000;
@@ -243,6 +242,51 @@ impl FileSystem for Echo {
         st.f_namemax = 255;
         Ok(st)
     }
+    fn readlink(&self, _: &Context, node: u64) -> io::Result<Vec<u8>> {
+        match node {
+            66 => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            n => Ok(format!("target-of-{n}").into_bytes()),
+        }
+    }
+    fn symlink(&self, _: &Context, target: &CStr, p: u64, name: &CStr) -> io::Result<Entry> {
+        let seed = seed_of(p, name)?;
+        Ok(entry_of(seed ^ seed_of(1, target)?))
+    }
+    fn mknod(
+        &self,
+        _: &Context,
+        p: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    ) -> io::Result<Entry> {
+        Ok(entry_of(
+            seed_of(p, name)? ^ u64::from(mode) ^ u64::from(rdev) << 8 ^ u64::from(umask),
+        ))
+    }
+    fn link(&self, _: &Context, node: u64, p: u64, name: &CStr) -> io::Result<Entry> {
+        Ok(entry_of(seed_of(p, name)? ^ node))
+    }
+    fn rename(
+        &self,
+        _: &Context,
+        p: u64,
+        old: &CStr,
+        newp: u64,
+        new: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        let seed = seed_of(p, old)? ^ seed_of(newp, new)?;
+        // Succeeds for some combinations, fails with one derived from the arguments else.
+        match (seed ^ u64::from(flags)) % 3 {
+            0 => Ok(()),
+            k => Err(io::Error::from_raw_os_error(k as i32 + libc::EPERM)),
+        }
+    }
+    fn removexattr(&self, _: &Context, node: u64, name: &CStr) -> io::Result<()> {
+        seed_of(node, name).map(|_| ())
+    }
     fn readdir(
         &self,
         _: &Context,
@@ -337,17 +381,33 @@ fn reply_at(mem: &Mem, used: usize) -> Vec<u8> {
     reply
 }
 
-/// (used length, reply bytes) from the dispatcher and from a `Server`.
+/// The errno the protocol layer answers a request the `Server` gave up on with.
+fn errno_of(e: &fuse_backend_rs::Error) -> i32 {
+    use fuse_backend_rs::Error as E;
+    match e {
+        E::DecodeMessage(_)
+        | E::MissingParameter
+        | E::InvalidCString(_)
+        | E::InvalidHeaderLength
+        | E::InvalidXattrSize(_)
+        | E::InvalidMessage(_) => libc::EINVAL,
+        E::FailedToRemapID(_) => libc::EPERM,
+        _ => libc::EIO,
+    }
+}
+
+/// (used length, reply bytes) from this project's protocol server (driven with plain byte
+/// buffers, as a transport that is not virtio would) and from fuse-backend-rs's `Server`
+/// (over a descriptor chain, the oracle).
 fn both(request: &[u8], reply_len: u32) -> ((usize, Vec<u8>), (usize, Vec<u8>)) {
+    let ours = super::Server::new(Arc::new(Echo), 256);
+    let mut req = request.to_vec();
+    let mut reply = vec![0xee; reply_len as usize];
+    let used = ours.serve_bytes(&mut req, &mut reply, 256);
+    reply.truncate(used);
+    let ours = (used, reply);
     let mem = Mem::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap();
     let vq = MockSplitQueue::new(&mem, 16);
-    let d = Dispatcher::new(Echo, 256);
-    let ring = super::Ring {
-        table: vq.desc_table_addr(),
-        size: 16,
-    };
-    let used = d.handle(chain_of(&mem, &vq, request, reply_len), ring, 16) as usize;
-    let ours = (used, reply_at(&mem, used));
     let server = Server::new(Arc::new(Echo));
     let chain = chain_of(&mem, &vq, request, reply_len);
     let r = Reader::from_descriptor_chain(&mem, chain.clone()).unwrap();
@@ -355,12 +415,11 @@ fn both(request: &[u8], reply_len: u32) -> ((usize, Vec<u8>), (usize, Vec<u8>)) 
     let used = match server.handle_message(r, w.into(), None, None) {
         Ok(n) => n,
         // A `Server` that gives up (a reply that does not fit, a malformed request) is
-        // answered by the dispatcher with the errno it maps the failure to.
+        // answered by the protocol layer with the errno it maps the failure to.
         Err(e) => {
             let mut w: fuse_backend_rs::transport::Writer<'_, _> =
                 VirtioFsWriter::new(&mem, chain).unwrap().into();
-            let errno = crate::vhost::reply::RequestError::Server(e).errno();
-            crate::vhost::reply::reply_errno(&mut w, 0x1234_5678, errno).unwrap_or(0)
+            super::reply::reply_errno(&mut w, 0x1234_5678, errno_of(&e)).unwrap_or(0)
         }
     };
     let theirs = (used, reply_at(&mem, used));
@@ -569,4 +628,82 @@ fn metadata_replies_are_the_servers_byte_for_byte() {
         ),
         4096,
     );
+}
+
+/// The opcodes fuse-backend-rs's `Server` answered before the router served every opcode:
+/// the same replies, byte for byte.
+#[test]
+fn the_servers_former_opcodes_get_its_replies() {
+    use fuse_backend_rs::abi::fuse_abi::{LinkIn, MknodIn, Rename2In, RenameIn};
+    use Opcode as O;
+    for node in [5, 66] {
+        same("readlink", &request(O::Readlink, node, &[]), 4096);
+        same("readlink, no room", &request(O::Readlink, node, &[]), 20);
+    }
+    for (name, target) in [
+        (b"ln\0".as_slice(), b"/some/where\0".as_slice()),
+        (b"e\x0d\0", b"x\0"),
+        (b"ln\0", b"ex\0"),
+        (b"ln\0", b"no-nul"),
+        (b"ln\0", b""),
+        (b"no-nul-at-all", b""),
+    ] {
+        same("symlink", &request(O::Symlink, 9, &[name, target]), 4096);
+        // No room for the entry: refused before the filesystem acts (EINVAL), where the
+        // `Server` made the link and then failed to say so (EIO).
+        let ((used, reply), _) = both(&request(O::Symlink, 9, &[name, target]), 100);
+        assert_eq!(used, 16);
+        assert_eq!(
+            i32::from_ne_bytes(reply[4..8].try_into().unwrap()),
+            -libc::EINVAL
+        );
+    }
+    for name in [b"dev\0".as_slice(), b"e\x11\0", b"unterminated"] {
+        let m = MknodIn {
+            mode: libc::S_IFCHR | 0o600,
+            rdev: 0x0103,
+            umask: 0o22,
+            padding: 0,
+        };
+        same("mknod", &request(O::Mknod, 9, &[m.as_slice(), name]), 4096);
+        same("mknod, short", &request(O::Mknod, 9, &[&[1, 2, 3]]), 4096);
+        let l = LinkIn { oldnodeid: 77 };
+        same("link", &request(O::Link, 9, &[l.as_slice(), name]), 4096);
+        same("removexattr", &request(O::Removexattr, 9, &[name]), 4096);
+    }
+    for (old, new) in [
+        (b"a\0".as_slice(), b"b\0".as_slice()),
+        (b"abc\0", b"defg\0"),
+        (b"e\x02\0", b"b\0"),
+        (b"a\0", b""),
+        (b"a\0", b"b"),
+    ] {
+        let r = RenameIn { newdir: 12 };
+        same(
+            "rename",
+            &request(O::Rename, 9, &[r.as_slice(), old, new]),
+            4096,
+        );
+        for flags in [0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE | 0x100] {
+            let r = Rename2In {
+                newdir: 12,
+                flags,
+                padding: 0,
+            };
+            same(
+                "rename2",
+                &request(O::Rename2, 9, &[r.as_slice(), old, new]),
+                4096,
+            );
+        }
+    }
+    // DESTROY: the `Server` writes the header but reports 0 bytes written; the guest is told
+    // the 16 it got.
+    let ((used, reply), _) = both(&request(O::Destroy, 0, &[]), 4096);
+    let done = fuse_backend_rs::abi::fuse_abi::OutHeader {
+        len: 16,
+        error: 0,
+        unique: 0x1234_5678,
+    };
+    assert_eq!((used, &reply[..]), (16, done.as_slice()));
 }

@@ -1,10 +1,11 @@
-//! The frequent metadata requests (`ServedBy::Direct` in the opcode table), decoded from the
-//! thread's private copy of the request body and answered straight into the chain's reply
-//! buffers: no fuse-backend-rs `Reader`/`Writer` (each a walk over the chain and a heap
-//! allocation), no per-request buffers. The replies are the ones fuse-backend-rs's `Server`
-//! gives, byte for byte; the filesystem is called through the same `FileSystem` methods.
-//! STATX, which the `Server` does not know, is answered here too (the guest sends it for
-//! every `stat` of a file whose attributes a write made stale).
+//! The router: one `match` from opcode to handler for every request served from its private
+//! copy (all but READ and WRITE, `io.rs`), each request's arguments decoded from that copy and
+//! its reply written straight into the reply's buffers (no per-request buffers). The replies
+//! are the ones fuse-backend-rs's `Server` gives, byte for byte (`oracle_tests.rs`); the
+//! filesystem is called through the same `FileSystem` methods, and through [`OwnOps`] for
+//! what that trait lacks.
+//!
+//! [`OwnOps`]: crate::fs::own::OwnOps
 
 use std::ffi::CStr;
 use std::io;
@@ -12,9 +13,9 @@ use std::mem::size_of;
 
 use fuse_backend_rs::abi::fuse_abi::{
     AccessIn, AttrOut, BatchForgetIn, CreateIn, Dirent, EntryOut, FallocateIn, FlushIn, ForgetIn,
-    ForgetOne, FsyncIn, GetattrIn, GetxattrIn, GetxattrOut, InHeader, Kstatfs, LseekIn, LseekOut,
-    MkdirIn, OpenIn, OpenOut, OutHeader, ReadIn, ReleaseIn, SetattrIn, SetattrValid, FATTR_FH,
-    GETATTR_FH,
+    ForgetOne, FsyncIn, GetattrIn, GetxattrIn, GetxattrOut, InHeader, Kstatfs, LinkIn, LseekIn,
+    LseekOut, MkdirIn, MknodIn, OpenIn, OpenOut, OutHeader, ReadIn, ReleaseIn, Rename2In, RenameIn,
+    SetattrIn, SetattrValid, FATTR_FH, GETATTR_FH,
 };
 use fuse_backend_rs::abi::fuse_abi::{RELEASE_FLOCK_UNLOCK, RELEASE_FLUSH};
 use fuse_backend_rs::api::filesystem::{
@@ -22,73 +23,20 @@ use fuse_backend_rs::api::filesystem::{
 };
 use vm_memory::ByteValued;
 
-use super::backend::Logged;
-use super::chain::Cursor;
-use super::dispatch::{Dispatcher, ServedFs};
-use super::reply::{reply_io_error, reply_ok, RequestError};
-use crate::sys::abi::fuse::StatxIn;
+use vm_memory::bitmap::BitmapSlice;
 
-/// The metadata opcodes served here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Meta {
-    /// FUSE_LOOKUP.
-    Lookup,
-    /// FUSE_FORGET (no reply).
-    Forget,
-    /// FUSE_BATCH_FORGET (no reply).
-    BatchForget,
-    /// FUSE_GETATTR.
-    Getattr,
-    /// FUSE_SETATTR.
-    Setattr,
-    /// FUSE_UNLINK.
-    Unlink,
-    /// FUSE_RMDIR.
-    Rmdir,
-    /// FUSE_MKDIR.
-    Mkdir,
-    /// FUSE_CREATE.
-    Create,
-    /// FUSE_OPEN.
-    Open,
-    /// FUSE_FLUSH.
-    Flush,
-    /// FUSE_RELEASE.
-    Release,
-    /// FUSE_OPENDIR.
-    Opendir,
-    /// FUSE_READDIR.
-    Readdir,
-    /// FUSE_READDIRPLUS.
-    Readdirplus,
-    /// FUSE_RELEASEDIR.
-    Releasedir,
-    /// FUSE_STATX (7.39), which the `Server` does not know.
-    Statx,
-    /// FUSE_GETXATTR (a guest asks for `security.capability` before a write).
-    Getxattr,
-    /// FUSE_LISTXATTR.
-    Listxattr,
-    /// FUSE_FSYNC.
-    Fsync,
-    /// FUSE_FSYNCDIR.
-    Fsyncdir,
-    /// FUSE_FALLOCATE.
-    Fallocate,
-    /// FUSE_LSEEK.
-    Lseek,
-    /// FUSE_ACCESS.
-    Access,
-    /// FUSE_STATFS.
-    Statfs,
-}
+use super::buf::Cursor;
+use super::opcode::{Op, Opcode};
+use super::reply::{reply_io_error, reply_ok, RequestError};
+use super::server::{ServedFs, Server};
+use crate::sys::abi::fuse::{StatxIn, SyncfsIn};
 
 /// A request body being decoded: plain-data arguments, then names.
-struct Body<'b>(&'b [u8]);
+pub(super) struct Body<'b>(pub(super) &'b [u8]);
 
 impl<'b> Body<'b> {
     /// The next `T`, or EINVAL (a truncated request) when the body is too short.
-    fn obj<T: ByteValued + Default>(&mut self) -> Result<T, RequestError> {
+    pub(super) fn obj<T: ByteValued + Default>(&mut self) -> Result<T, RequestError> {
         let n = size_of::<T>();
         if self.0.len() < n {
             return Err(RequestError::Decode(io::ErrorKind::UnexpectedEof.into()));
@@ -100,18 +48,37 @@ impl<'b> Body<'b> {
         Ok(v)
     }
 
+    /// The rest as two names, each ended by a NUL (as the `Server`'s `extract_two_cstrs`):
+    /// SYMLINK's name and target, RENAME's old and new name.
+    pub(super) fn two_names(&self) -> Result<(&'b CStr, &'b CStr), RequestError> {
+        let einval = || RequestError::Decode(io::Error::from_raw_os_error(libc::EINVAL));
+        let first = CStr::from_bytes_until_nul(self.0).map_err(|_| einval())?;
+        let rest = &self.0[first.to_bytes().len() + 1..];
+        if rest.is_empty() {
+            return Err(einval());
+        }
+        Ok((first, Body(rest).name()?))
+    }
+
+    /// The rest, as it is.
+    pub(super) fn rest(&self) -> &'b [u8] {
+        self.0
+    }
+
     /// The rest as one name: up to its first NUL, which must be there (as the `Server`'s
     /// `bytes_to_cstr`), else EINVAL.
-    fn name(&self) -> Result<&'b CStr, RequestError> {
+    pub(super) fn name(&self) -> Result<&'b CStr, RequestError> {
         CStr::from_bytes_until_nul(self.0)
             .map_err(|_| RequestError::Decode(io::Error::from_raw_os_error(libc::EINVAL)))
     }
 }
 
-type W<'p, 'a> = Cursor<'p, 'a, Logged>;
-
 /// The reply to a call that returns nothing.
-fn done(w: &mut W<'_, '_>, unique: u64, res: io::Result<()>) -> Result<usize, RequestError> {
+fn done<B: BitmapSlice>(
+    w: &mut Cursor<'_, '_, B>,
+    unique: u64,
+    res: io::Result<()>,
+) -> Result<usize, RequestError> {
     match res {
         Ok(()) => reply_ok(w, unique, &[]),
         Err(e) => reply_io_error(w, unique, &e),
@@ -119,7 +86,11 @@ fn done(w: &mut W<'_, '_>, unique: u64, res: io::Result<()>) -> Result<usize, Re
 }
 
 /// The reply to a size query (GETXATTR, LISTXATTR with size 0).
-fn count(w: &mut W<'_, '_>, unique: u64, size: u32) -> Result<usize, RequestError> {
+fn count<B: BitmapSlice>(
+    w: &mut Cursor<'_, '_, B>,
+    unique: u64,
+    size: u32,
+) -> Result<usize, RequestError> {
     let out = GetxattrOut {
         size,
         ..Default::default()
@@ -128,7 +99,11 @@ fn count(w: &mut W<'_, '_>, unique: u64, size: u32) -> Result<usize, RequestErro
 }
 
 /// The reply to a call that returns a node (LOOKUP, MKDIR).
-fn entry(w: &mut W<'_, '_>, unique: u64, res: io::Result<Entry>) -> Result<usize, RequestError> {
+fn entry<B: BitmapSlice>(
+    w: &mut Cursor<'_, '_, B>,
+    unique: u64,
+    res: io::Result<Entry>,
+) -> Result<usize, RequestError> {
     match res {
         Ok(e) => reply_ok(w, unique, EntryOut::from(e).as_slice()),
         Err(e) => reply_io_error(w, unique, &e),
@@ -136,8 +111,8 @@ fn entry(w: &mut W<'_, '_>, unique: u64, res: io::Result<Entry>) -> Result<usize
 }
 
 /// The reply to a call that returns attributes (GETATTR, SETATTR).
-fn attr(
-    w: &mut W<'_, '_>,
+fn attr<B: BitmapSlice>(
+    w: &mut Cursor<'_, '_, B>,
     unique: u64,
     res: io::Result<(fuse_backend_rs::abi::fuse_abi::stat64, std::time::Duration)>,
 ) -> Result<usize, RequestError> {
@@ -155,28 +130,28 @@ fn attr(
     }
 }
 
-impl<F: ServedFs> Dispatcher<F> {
+impl<F: ServedFs> Server<F> {
     /// Serves `op` for the request `hdr` whose body (arguments and names, extensions
     /// removed) is `body`; the reply goes to `w`. `ctx` is the caller, already remapped.
-    pub(super) fn serve_meta(
+    pub(super) fn route<B: BitmapSlice>(
         &self,
-        op: Meta,
+        op: Op,
         ctx: &Context,
         hdr: &InHeader,
         body: &[u8],
-        w: &mut W<'_, '_>,
+        w: &mut Cursor<'_, '_, B>,
     ) -> Result<usize, RequestError> {
         let fs = &*self.fs;
         let (node, unique) = (hdr.nodeid, hdr.unique);
         let mut b = Body(body);
         match op {
-            Meta::Lookup => entry(w, unique, fs.lookup(ctx, node, b.name()?)),
-            Meta::Forget => {
+            Op::Lookup => entry(w, unique, fs.lookup(ctx, node, b.name()?)),
+            Op::Forget => {
                 let arg: ForgetIn = b.obj()?;
                 fs.forget(ctx, node, arg.nlookup);
                 Ok(0)
             }
-            Meta::BatchForget => {
+            Op::BatchForget => {
                 let arg: BatchForgetIn = b.obj()?;
                 let count = arg.count as usize;
                 if count > b.0.len() / size_of::<ForgetOne>() {
@@ -192,20 +167,20 @@ impl<F: ServedFs> Dispatcher<F> {
                 fs.batch_forget(ctx, list);
                 Ok(0)
             }
-            Meta::Getattr => {
+            Op::Getattr => {
                 let arg: GetattrIn = b.obj()?;
                 let fh = (arg.flags & GETATTR_FH != 0).then_some(arg.fh);
                 attr(w, unique, fs.getattr(ctx, node, fh))
             }
-            Meta::Setattr => {
+            Op::Setattr => {
                 let arg: SetattrIn = b.obj()?;
                 let fh = (arg.valid & FATTR_FH != 0).then_some(arg.fh);
                 let valid = SetattrValid::from_bits_truncate(arg.valid);
                 attr(w, unique, fs.setattr(ctx, node, arg.into(), fh, valid))
             }
-            Meta::Unlink => done(w, unique, fs.unlink(ctx, node, b.name()?)),
-            Meta::Rmdir => done(w, unique, fs.rmdir(ctx, node, b.name()?)),
-            Meta::Mkdir => {
+            Op::Unlink => done(w, unique, fs.unlink(ctx, node, b.name()?)),
+            Op::Rmdir => done(w, unique, fs.rmdir(ctx, node, b.name()?)),
+            Op::Mkdir => {
                 let arg: MkdirIn = b.obj()?;
                 entry(
                     w,
@@ -213,7 +188,7 @@ impl<F: ServedFs> Dispatcher<F> {
                     fs.mkdir(ctx, node, b.name()?, arg.mode, arg.umask),
                 )
             }
-            Meta::Create => {
+            Op::Create => {
                 let arg: CreateIn = b.obj()?;
                 match fs.create(ctx, node, b.name()?, arg) {
                     Ok((e, fh, opts, passthrough)) => {
@@ -231,9 +206,9 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Open | Meta::Opendir => {
+            Op::Open | Op::Opendir => {
                 let arg: OpenIn = b.obj()?;
-                let res = if op == Meta::Open {
+                let res = if op == Op::Open {
                     fs.open(ctx, node, arg.flags, arg.fuse_flags)
                 } else {
                     fs.opendir(ctx, node, arg.flags)
@@ -251,11 +226,11 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Flush => {
+            Op::Flush => {
                 let arg: FlushIn = b.obj()?;
                 done(w, unique, fs.flush(ctx, node, arg.fh, arg.lock_owner))
             }
-            Meta::Release => {
+            Op::Release => {
                 let arg: ReleaseIn = b.obj()?;
                 let flush = arg.release_flags & RELEASE_FLUSH != 0;
                 let flock = arg.release_flags & RELEASE_FLOCK_UNLOCK != 0;
@@ -266,15 +241,15 @@ impl<F: ServedFs> Dispatcher<F> {
                     fs.release(ctx, node, arg.flags, arg.fh, flush, flock, owner),
                 )
             }
-            Meta::Releasedir => {
+            Op::Releasedir => {
                 let arg: ReleaseIn = b.obj()?;
                 done(w, unique, fs.releasedir(ctx, node, arg.flags, arg.fh))
             }
-            Meta::Readdir | Meta::Readdirplus => {
+            Op::Readdir | Op::Readdirplus => {
                 let arg: ReadIn = b.obj()?;
-                self.listing(op == Meta::Readdirplus, ctx, hdr, &arg, w)
+                self.listing(op == Op::Readdirplus, ctx, hdr, &arg, w)
             }
-            Meta::Statx => {
+            Op::Statx => {
                 let arg: StatxIn = b.obj()?;
                 let fh = (arg.getattr_flags & GETATTR_FH != 0).then_some(arg.fh);
                 match fs.statx(ctx, node, fh) {
@@ -285,7 +260,7 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Getxattr => {
+            Op::Getxattr => {
                 let arg: GetxattrIn = b.obj()?;
                 match fs.getxattr(ctx, node, b.name()?, arg.size) {
                     Ok(GetxattrReply::Value(v)) => reply_ok(w, unique, &v),
@@ -293,7 +268,7 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Listxattr => {
+            Op::Listxattr => {
                 let arg: GetxattrIn = b.obj()?;
                 match fs.listxattr(ctx, node, arg.size) {
                     Ok(ListxattrReply::Names(v)) => reply_ok(w, unique, &v),
@@ -301,17 +276,17 @@ impl<F: ServedFs> Dispatcher<F> {
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Fsync | Meta::Fsyncdir => {
+            Op::Fsync | Op::Fsyncdir => {
                 let arg: FsyncIn = b.obj()?;
                 let datasync = arg.fsync_flags & 1 != 0;
-                let res = if op == Meta::Fsync {
+                let res = if op == Op::Fsync {
                     fs.fsync(ctx, node, datasync, arg.fh)
                 } else {
                     fs.fsyncdir(ctx, node, datasync, arg.fh)
                 };
                 done(w, unique, res)
             }
-            Meta::Fallocate => {
+            Op::Fallocate => {
                 let a: FallocateIn = b.obj()?;
                 done(
                     w,
@@ -319,33 +294,87 @@ impl<F: ServedFs> Dispatcher<F> {
                     fs.fallocate(ctx, node, a.fh, a.mode, a.offset, a.length),
                 )
             }
-            Meta::Lseek => {
+            Op::Lseek => {
                 let a: LseekIn = b.obj()?;
                 match fs.lseek(ctx, node, a.fh, a.offset, a.whence) {
                     Ok(offset) => reply_ok(w, unique, LseekOut { offset }.as_slice()),
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
-            Meta::Access => {
+            Op::Access => {
                 let a: AccessIn = b.obj()?;
                 done(w, unique, fs.access(ctx, node, a.mask))
             }
-            Meta::Statfs => match fs.statfs(ctx, node) {
+            Op::Statfs => match fs.statfs(ctx, node) {
                 Ok(st) => reply_ok(w, unique, Kstatfs::from(st).as_slice()),
                 Err(e) => reply_io_error(w, unique, &e),
             },
+            Op::Readlink => match fs.readlink(ctx, node) {
+                Ok(target) => reply_ok(w, unique, &target),
+                Err(e) => reply_io_error(w, unique, &e),
+            },
+            Op::Symlink => {
+                let (name, target) = b.two_names()?;
+                entry(w, unique, fs.symlink(ctx, target, node, name))
+            }
+            Op::Mknod => {
+                let a: MknodIn = b.obj()?;
+                let name = b.name()?;
+                entry(
+                    w,
+                    unique,
+                    fs.mknod(ctx, node, name, a.mode, a.rdev, a.umask),
+                )
+            }
+            Op::Link => {
+                let a: LinkIn = b.obj()?;
+                entry(w, unique, fs.link(ctx, a.oldnodeid, node, b.name()?))
+            }
+            Op::Rename | Op::Rename2 => {
+                let (newdir, flags) = if hdr.opcode == Opcode::Rename as u32 {
+                    let a: RenameIn = b.obj()?;
+                    (a.newdir, 0)
+                } else {
+                    let a: Rename2In = b.obj()?;
+                    const KNOWN: u32 =
+                        libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE | libc::RENAME_WHITEOUT;
+                    (a.newdir, a.flags & KNOWN)
+                };
+                let (old, new) = b.two_names()?;
+                done(w, unique, fs.rename(ctx, node, old, newdir, new, flags))
+            }
+            Op::Removexattr => done(w, unique, fs.removexattr(ctx, node, b.name()?)),
+            Op::Destroy => {
+                fs.destroy();
+                reply_ok(w, unique, &[])
+            }
+            Op::Getlk => self.getlk(ctx, hdr, b, w),
+            Op::Setlk => self.setlk(ctx, hdr, b, w),
+            Op::Interrupt => self.interrupt(b),
+            Op::Syncfs => {
+                let _: SyncfsIn = b.obj()?;
+                done(w, unique, fs.syncfs(ctx, node))
+            }
+            Op::CopyFileRange => self.copy_file_range(ctx, hdr, b, w),
+            Op::Ioctl => self.ioctl(ctx, hdr, b, w),
+            Op::Setxattr => self.setxattr(ctx, hdr, b, w),
+            Op::Tmpfile => self.tmpfile(ctx, hdr, b, w),
+            // Served before a body is copied (`server.rs`): never routed here.
+            Op::Init | Op::Read | Op::Write | Op::Unsupported => {
+                super::reply::reply_errno(w, unique, libc::ENOSYS)
+            }
         }
     }
 
     /// READDIR or READDIRPLUS: entries written behind the reply header as the filesystem
     /// produces them, up to the guest's `size`, then the header.
-    fn listing(
+    fn listing<B: BitmapSlice>(
         &self,
         plus: bool,
         ctx: &Context,
         hdr: &InHeader,
         arg: &ReadIn,
-        w: &mut W<'_, '_>,
+        w: &mut Cursor<'_, '_, B>,
     ) -> Result<usize, RequestError> {
         if w.available() < arg.size as usize {
             return super::reply::reply_errno(w, hdr.unique, libc::ENOMEM);
@@ -389,8 +418,8 @@ const ENTRY_ROOM: usize = size_of::<EntryOut>() + size_of::<Dirent>() + 256 + 8;
 
 /// Appends one directory entry (with its node, for READDIRPLUS) to `data`, as the `Server`
 /// does: padded to 8 bytes, and skipped (`Ok(0)`) when it would not fit in `max`.
-fn dirent(
-    data: &mut W<'_, '_>,
+fn dirent<B: BitmapSlice>(
+    data: &mut Cursor<'_, '_, B>,
     written: &mut usize,
     max: usize,
     d: &DirEntry,

@@ -1,4 +1,4 @@
-//! Writing FUSE replies into a descriptor chain, and the per-request error type that decides
+//! Writing FUSE replies into a reply's buffers, and the per-request error type that decides
 //! which errno a guest gets when its message could not be served. Knows nothing of files.
 
 use std::io::{self, IoSlice, Write};
@@ -16,12 +16,6 @@ pub enum RequestError {
     /// The reply could not be written into the guest's buffers.
     #[error("cannot encode reply: {0}")]
     Encode(io::Error),
-    /// The descriptor chain could not be mapped or split.
-    #[error("bad descriptor chain: {0}")]
-    Chain(fuse_backend_rs::transport::Error),
-    /// fuse-backend-rs's `Server` gave up on the request.
-    #[error("fuse server: {0}")]
-    Server(fuse_backend_rs::Error),
     /// The filesystem panicked while serving the request.
     #[error("filesystem panicked")]
     Panic,
@@ -30,19 +24,9 @@ pub enum RequestError {
 impl RequestError {
     /// The errno the guest is told: EINVAL for its own malformed input, EIO for our failures.
     pub fn errno(&self) -> i32 {
-        use fuse_backend_rs::Error as E;
         match self {
-            RequestError::Decode(_) | RequestError::Chain(_) => libc::EINVAL,
-            RequestError::Server(
-                E::DecodeMessage(_)
-                | E::MissingParameter
-                | E::InvalidCString(_)
-                | E::InvalidHeaderLength
-                | E::InvalidXattrSize(_)
-                | E::InvalidMessage(_),
-            ) => libc::EINVAL,
-            RequestError::Server(E::FailedToRemapID(_)) => libc::EPERM,
-            RequestError::Server(_) | RequestError::Encode(_) | RequestError::Panic => libc::EIO,
+            RequestError::Decode(_) => libc::EINVAL,
+            RequestError::Encode(_) | RequestError::Panic => libc::EIO,
         }
     }
 }

@@ -1,0 +1,30 @@
+//! The FUSE protocol, apart from any transport: the opcode table, one decoder and one router
+//! for every opcode, reply encoding, INIT negotiation, the lock waits a FUSE_INTERRUPT ends,
+//! and the device state's format. A transport (virtio in `vhost/`, a test's byte buffers,
+//! later /dev/fuse) hands [`Server::serve`] a request's header and a cursor over the rest of
+//! its bytes, a cursor over the reply's buffers, and a [`Transport`] that says how many pages
+//! a request may carry and how READ data is filled. Nothing here knows rings, descriptor
+//! chains, guest memory or vhost-user.
+
+pub mod buf;
+mod handshake;
+mod init;
+mod io;
+mod opcode;
+#[cfg(test)]
+mod oracle_tests;
+mod own;
+mod reply;
+mod router;
+mod server;
+pub mod state;
+mod waiters;
+
+pub use buf::Cursor;
+pub use init::{
+    effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
+};
+pub use io::{OwnedRead, ReadJob};
+pub use opcode::{info, Cost, OpInfo};
+pub use reply::RequestError;
+pub use server::{Plain, ServedFs, Server, Transport};
