@@ -6,11 +6,12 @@ use fuse_backend_rs::abi::fuse_abi::{FsOptions, InHeader, InitIn, InitIn2, KERNE
 use log::{debug, error, info};
 use vm_memory::bitmap::BitmapSlice;
 
+use super::body::Body;
 use super::buf::Cursor;
+use super::filesystem::ServedFs;
 use super::init;
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
-use super::router::Body;
-use super::server::{ServedFs, Server};
+use super::server::Server;
 
 impl<F: ServedFs> Server<F> {
     /// Serves INIT (`body` is its private copy) for a transport carrying at most `max_pages`

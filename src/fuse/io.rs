@@ -19,8 +19,8 @@ use vm_memory::ByteValued;
 use crate::fs::{SharedView, ViewScope};
 
 use super::buf::Cursor;
+use super::filesystem::ServedFs;
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
-use super::server::ServedFs;
 
 /// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and `fill`
 /// copies the data directly behind it (given READ's arguments, the lock owner when

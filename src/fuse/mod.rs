@@ -6,7 +6,9 @@
 //! a request may carry and how READ data is filled. Nothing here knows rings, descriptor
 //! chains, guest memory or vhost-user.
 
+mod body;
 pub mod buf;
+mod filesystem;
 mod handshake;
 mod init;
 mod io;
@@ -18,13 +20,16 @@ mod reply;
 mod router;
 mod server;
 pub mod state;
+mod transport;
 mod waiters;
 
 pub use buf::Cursor;
+pub use filesystem::ServedFs;
 pub use init::{
     effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
 };
 pub use io::{OwnedRead, ReadJob};
 pub use opcode::{info, Cost, OpInfo};
 pub use reply::RequestError;
-pub use server::{Plain, ServedFs, Server, Transport};
+pub use server::Server;
+pub use transport::{Plain, Transport};

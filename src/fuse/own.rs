@@ -14,11 +14,12 @@ use fuse_backend_rs::api::filesystem::Context;
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
+use super::body::Body;
 use super::buf::Cursor;
+use super::filesystem::ServedFs;
 use super::opcode::Opcode;
 use super::reply::{reply_io_error, reply_ok, RequestError};
-use super::router::Body;
-use super::server::{ServedFs, Server};
+use super::server::Server;
 use crate::sys::abi::fuse::{SetxattrInExt, StatxOut, SETXATTR_EXT};
 
 type Served = Result<usize, RequestError>;

@@ -14,57 +14,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::InHeader;
-use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use fuse_backend_rs::api::filesystem::Context;
 use fuse_backend_rs::transport::pagesize;
 use log::{debug, error, warn};
 use vm_memory::bitmap::BitmapSlice;
 
 use super::buf::{Cursor, Remaining};
+use super::filesystem::ServedFs;
 use super::init::{self, Negotiated};
 use super::io::{self as request_io, ReadJob};
 use super::opcode::{self, Op};
 use super::reply::{reply_errno, reply_io_error, RequestError};
+use super::transport::{Plain, Transport};
 use super::waiters::Waiters;
-use crate::fs::own::OwnOps;
 use crate::fs::secctx;
-use crate::fs::session::Sessions;
 use crate::fs::ViewScope;
 use crate::sys::abi::fuse::SECURITY_CTX;
-
-/// What the protocol layer needs of a filesystem: fuse-backend-rs's `FileSystem` trait (its
-/// methods, not its server) and [`OwnOps`] for what that trait has no method for.
-pub trait ServedFs:
-    FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
-{
-}
-
-impl<T> ServedFs for T where
-    T: FileSystem<Inode = u64, Handle = u64> + OwnOps + Sessions + Send + Sync + 'static
-{
-}
-
-/// What the protocol asks of the transport a request came on.
-pub trait Transport<F: ServedFs, B: BitmapSlice> {
-    /// The most pages one request can carry on it (virtio: the queue size less the four
-    /// descriptors of headers and arguments), what INIT caps `max_pages` by.
-    fn max_pages(&self) -> u16;
-
-    /// Fills READ's data, `data` (a cursor over exactly `job.size()` bytes behind the reply
-    /// header), returning the bytes read. On this thread unless the transport has helpers.
-    fn fill_read(&self, job: &ReadJob<'_, F>, data: &mut Cursor<'_, '_, B>) -> io::Result<usize> {
-        job.fill(data, 0, job.size())
-    }
-}
-
-/// A transport that is only byte buffers (tests, fuzzing): READs filled on the serving
-/// thread, requests of up to this many pages.
-pub struct Plain(pub u16);
-
-impl<F: ServedFs, B: BitmapSlice> Transport<F, B> for Plain {
-    fn max_pages(&self) -> u16 {
-        self.0
-    }
-}
 
 /// The largest request accepted other than a WRITE (1 MiB of data plus a 4 KiB header, as
 /// fuse-backend-rs's `Server`): anything longer gets ENOMEM.

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use super::socket_path::{directory_takes, kind, Directory, SUN_PATH_MAX};
+use super::socket_dir::{beside, directory_takes, kind, Directory, SUN_PATH_MAX};
 
 /// Why the daemon will not use `--ctl-socket`: bad input, nothing made (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +119,7 @@ pub fn check_apart(ctl: &Path, socket: &Path) -> Result<(), Error> {
     if ctl == socket {
         return clash("vhost-user socket");
     }
-    if ctl == super::socket_path::beside(socket, ".pid") {
+    if ctl == beside(socket, ".pid") {
         return clash("pid file");
     }
     if ctl == super::upgrade::channel_path(socket) {

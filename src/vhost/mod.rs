@@ -9,6 +9,7 @@ mod dispatch;
 mod frontend;
 mod pool;
 mod release;
+mod socket_dir;
 pub mod socket_path;
 mod split;
 mod tap;
@@ -416,7 +417,7 @@ impl Bound {
 
 /// The host's control socket next to the vhost-user socket `socket`: `<socket>.ctl`.
 pub fn ctl_path(socket: &Path) -> PathBuf {
-    socket_path::beside(socket, ".ctl")
+    socket_dir::beside(socket, ".ctl")
 }
 
 /// The host's control socket (`<socket>.ctl`), served by `crate::ctl::server`.

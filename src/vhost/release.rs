@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use vm_memory::{GuestAddressSpace, GuestMemory};
 
-use super::backend::GuestMem;
+use super::chain::GuestMem;
 use crate::sync::{recover, LockRecover, RwRecover};
 
 /// Drops the daemon's mappings of guest memory once per `interval` while requests flow. The

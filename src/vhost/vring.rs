@@ -17,7 +17,7 @@ use virtio_queue::Error as QueueError;
 
 use crate::sync::LockRecover;
 
-use super::backend::GuestMem;
+use super::chain::GuestMem;
 
 /// How long a stopping ring waits for its requests before it gives up (and logs which
 /// count it left behind): a request the host blocks this long (a hung NFS branch) must not
