@@ -1,7 +1,8 @@
-//! One fuzzed guest session against the daemon's real request routing: a [`Dispatcher`] over a
-//! [`UnionFs`] on the branches of [`crate::env`], requests put into descriptor chains in mock
-//! guest memory (virtio-queue's `MockSplitQueue`, as the daemon's own dispatch tests do), and
-//! the invariants checked when the session ends. Panics (the fuzzer's findings) on a broken
+//! One fuzzed guest session against the daemon's real request routing over a [`UnionFs`] on
+//! the branches of [`crate::env`]: through a [`Dispatcher`], requests put into descriptor chains
+//! in mock guest memory (virtio-queue's `MockSplitQueue`, as the daemon's own dispatch tests
+//! do), or straight through the protocol layer's [`Server`] with plain byte buffers (a
+//! transport that is not virtio); and the invariants checked when the session ends. Panics (the fuzzer's findings) on a broken
 //! invariant; knows nothing of how requests are made up.
 
 use std::mem::size_of;
@@ -13,6 +14,7 @@ use fuse_backend_rs::abi::fuse_abi::OutHeader;
 use union_virtiofsd::config::registry::Settings;
 use union_virtiofsd::fs::options::Negotiate;
 use union_virtiofsd::fs::{FsConfig, UnionFs};
+use union_virtiofsd::fuse::Server;
 use union_virtiofsd::union::Branch;
 use union_virtiofsd::vhost::{Dispatcher, Ring};
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -153,14 +155,37 @@ pub fn check_reply(req: &Request, used: u32, reply: &[u8]) {
     }
 }
 
+/// What carries a session's requests to the protocol layer.
+pub enum Carrier {
+    /// Descriptor chains through the virtio dispatcher.
+    Chain(Dispatcher<Arc<UnionFs>>),
+    /// Plain byte buffers, straight to the protocol server.
+    Bytes(Server<Arc<UnionFs>>),
+}
+
 /// Serves `req` on slot `slot` in the plain layout (one readable descriptor, one writable of
-/// `reply_len` bytes), checks the reply and returns it.
-pub fn serve_plain(
-    d: &Dispatcher<Arc<UnionFs>>,
-    slot: usize,
-    req: &Request,
-    reply_len: u32,
-) -> Vec<u8> {
+/// `reply_len` bytes; or a byte buffer each), checks the reply and returns it.
+pub fn serve_plain(via: &Carrier, slot: usize, req: &Request, reply_len: u32) -> Vec<u8> {
+    let d = match via {
+        Carrier::Chain(d) => d,
+        Carrier::Bytes(server) => {
+            let mut bytes = req.bytes.clone();
+            let mut reply = vec![0u8; reply_len as usize];
+            let start = thread_cpu_time();
+            let used = server.serve_bytes(&mut bytes, &mut reply, 1024);
+            let spent = thread_cpu_time().saturating_sub(start);
+            assert!(
+                slot != 0 || spent < REQUEST_BUDGET,
+                "opcode {} used {spent:?} of CPU",
+                req.opcode,
+            );
+            reply.truncate(used);
+            let used = u32::try_from(used).expect("a reply fits its buffer");
+            check_reply(req, used, &reply);
+            trace(req, used, &reply);
+            return reply;
+        }
+    };
     let (req_at, reply_at) = if slot == 0 {
         (REQUEST_AT, REPLY_AT)
     } else {
@@ -210,8 +235,8 @@ pub fn trace(req: &Request, used: u32, reply: &[u8]) {
 }
 
 /// Serves `req` on the main slot and learns from its reply.
-pub fn serve(d: &Dispatcher<Arc<UnionFs>>, state: &mut State, req: &Request) {
-    let reply = serve_plain(d, 0, req, REPLY_LEN);
+pub fn serve(via: &Carrier, state: &mut State, req: &Request) {
+    let reply = serve_plain(via, 0, req, REPLY_LEN);
     state.learn(req.opcode, &reply);
 }
 
@@ -248,8 +273,8 @@ fn reap(state: &mut State, waits: &mut Vec<Wait<'_>>, stuck: bool) {
 pub struct Harness {
     /// The filesystem, also held by the dispatcher.
     pub fs: Arc<UnionFs>,
-    /// The daemon's request routing.
-    pub d: Dispatcher<Arc<UnionFs>>,
+    /// The daemon's request routing, as the session reaches it.
+    pub via: Carrier,
     /// What the guest learned.
     pub state: State,
     fds_before: usize,
@@ -259,8 +284,9 @@ pub struct Harness {
 
 impl Harness {
     /// Resets the branches and starts a session with option set `opts` (modulo their number)
-    /// and a `--max-pages` of `max_pages`.
-    pub fn begin(opts: u8, max_pages: u16) -> Harness {
+    /// and a `--max-pages` of `max_pages`, its requests carried in descriptor chains or, with
+    /// `bytes`, in plain byte buffers.
+    pub fn begin(opts: u8, max_pages: u16, bytes: bool) -> Harness {
         let env = env();
         env.reset();
         let snapshot = env.snapshot();
@@ -292,10 +318,14 @@ impl Harness {
             })
             .expect("union over the fuzzing branches"),
         );
-        let d = Dispatcher::new(Arc::clone(&fs), max_pages);
+        let via = if bytes {
+            Carrier::Bytes(Server::new(Arc::new(Arc::clone(&fs)), max_pages))
+        } else {
+            Carrier::Chain(Dispatcher::new(Arc::clone(&fs), max_pages))
+        };
         Harness {
             fs,
-            d,
+            via,
             state: State::new(env.nodev),
             fds_before,
             fds_ready: open_fds(),
@@ -305,7 +335,7 @@ impl Harness {
 
     /// Serves `req` on the main slot and learns from its reply.
     pub fn serve(&mut self, req: &Request) {
-        serve(&self.d, &mut self.state, req);
+        serve(&self.via, &mut self.state, req);
     }
 
     /// Runs the session in `input`: INIT, then one request per record (SETLKW on threads of
@@ -313,7 +343,7 @@ impl Harness {
     pub fn run(mut self, input: &mut Input<'_>) {
         let init = self.state.init(input);
         self.serve(&init);
-        let (d, state) = (&self.d, &mut self.state);
+        let (d, state) = (&self.via, &mut self.state);
         std::thread::scope(|s| {
             let mut waits: Vec<Wait<'_>> = Vec::new();
             let mut n = 0;
@@ -380,12 +410,12 @@ impl Harness {
         );
         let Harness {
             fs,
-            d,
+            via,
             fds_before,
             snapshot,
             ..
         } = self;
-        drop(d);
+        drop(via);
         drop(fs);
         assert_eq!(
             open_fds(),

@@ -27,7 +27,7 @@ const INDIRECT_AREA: u64 = 0x30_0000;
 /// Runs the `chain` target on `data`.
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
-    let mut h = Harness::begin(0, 1020);
+    let mut h = Harness::begin(0, 1020, false);
     let init = h.state.init(&mut Input::new(&INIT));
     h.serve(&init);
     let mut n = 0;
@@ -84,7 +84,10 @@ fn record(h: &mut Harness, input: &mut Input<'_>) {
         .map(|d| (d.addr().0, d.addr().0.saturating_add(u64::from(d.len()))))
         .collect();
     spans.extend_from_slice(&p.tables);
-    let used = h.d.handle(chain, crate::guest::ring(0), queue_size);
+    let crate::guest::Carrier::Chain(d) = &h.via else {
+        unreachable!("layouts are descriptor chains")
+    };
+    let used = d.handle(chain, crate::guest::ring(0), queue_size);
     let room: u64 = writable.iter().map(|w| u64::from(w.1)).sum();
     // (fuzz/regressions/chain/destroy-used-without-writable: DESTROY once reported 16 bytes
     // used where the chain had no room for them.)

@@ -43,5 +43,6 @@ pub fn known(id: &str) -> bool {
 pub fn session(data: &[u8]) {
     let mut input = Input::new(data);
     let opts = input.u8();
-    guest::Harness::begin(opts, 1020).run(&mut input);
+    // Every other option set's sessions reach the protocol layer in plain byte buffers.
+    guest::Harness::begin(opts, 1020, opts & 0x40 != 0).run(&mut input);
 }
