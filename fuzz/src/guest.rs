@@ -158,9 +158,9 @@ pub fn check_reply(req: &Request, used: u32, reply: &[u8]) {
 /// What carries a session's requests to the protocol layer.
 pub enum Carrier {
     /// Descriptor chains through the virtio dispatcher.
-    Chain(Dispatcher<Arc<UnionFs>>),
+    Chain(Dispatcher<UnionFs>),
     /// Plain byte buffers, straight to the protocol server.
-    Bytes(Server<Arc<UnionFs>>),
+    Bytes(Server<UnionFs>),
 }
 
 /// Serves `req` on slot `slot` in the plain layout (one readable descriptor, one writable of
@@ -319,9 +319,9 @@ impl Harness {
             .expect("union over the fuzzing branches"),
         );
         let via = if bytes {
-            Carrier::Bytes(Server::new(Arc::new(Arc::clone(&fs)), max_pages))
+            Carrier::Bytes(Server::new(Arc::clone(&fs), max_pages))
         } else {
-            Carrier::Chain(Dispatcher::new(Arc::clone(&fs), max_pages))
+            Carrier::Chain(Dispatcher::shared(Arc::clone(&fs), max_pages))
         };
         Harness {
             fs,

@@ -16,7 +16,7 @@ use std::os::fd::BorrowedFd;
 
 use fuse_backend_rs::api::filesystem::Context;
 
-use crate::fs::UnionFs;
+use crate::fs::call::Call;
 use crate::sys::{beneath, creds};
 
 /// When the objects' groups join the call.
@@ -29,7 +29,7 @@ pub(crate) enum Groups {
     Always,
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// Runs `call` as the guest caller `ctx` (host ids). `objects` are the host objects whose
     /// group may grant the permission (parent directories, the file itself), `gids` further
     /// groups (a chown's new group).

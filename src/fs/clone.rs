@@ -9,7 +9,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use rustix::fs::{AtFlags, Gid, Mode, Timespec, Timestamps, Uid, XattrFlags};
 
-use super::{errno, UnionFs};
+use super::errno;
+use crate::fs::call::Call;
 use crate::sys::beneath;
 
 fn is_dir(st: &libc::stat64) -> bool {
@@ -53,7 +54,7 @@ pub(crate) fn times_of(st: &libc::stat64) -> Timestamps {
     }
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// Makes directory `rel` and its missing ancestors on branch `to`, copying each one's
     /// metadata from branch `from`.
     pub(crate) fn clone_path(&self, from: usize, to: usize, rel: &CStr) -> io::Result<()> {

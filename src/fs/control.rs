@@ -199,6 +199,8 @@ impl UnionFs {
     /// path from the union root, with its `/`), `fullpath` (the two joined) or `allpaths`
     /// (its full path on every branch that holds it, in branch order).
     pub fn query_path(&self, path: &str, what: &str) -> Result<Vec<Vec<u8>>, CtlError> {
+        let now = self.now();
+        let call = self.call(&now, None);
         let trimmed = path.trim_matches('/');
         let rel = if trimmed.is_empty() { "." } else { trimmed };
         if rel
@@ -215,7 +217,7 @@ impl UnionFs {
             .map_err(|_| CtlError::new(libc::EINVAL, format!("{path}: contains NUL")))?;
         let relpath = format!("/{trimmed}").into_bytes();
         let full = |b: usize| -> Vec<u8> {
-            let mut p = self.host_path(b, &crel);
+            let mut p = call.host_path(b, &crel);
             if rel == "." {
                 p.truncate(p.len() - 2);
             }
@@ -229,12 +231,12 @@ impl UnionFs {
         };
         match what {
             "relpath" => {
-                self.search(Func::Getxattr, &crel).map_err(missing)?;
+                call.search(Func::Getxattr, &crel).map_err(missing)?;
                 Ok(vec![relpath])
             }
             "basepath" | "fullpath" => {
-                let f = self.search(Func::Getxattr, &crel).map_err(missing)?;
-                let root = self.root(f.branch).map_err(missing)?;
+                let f = call.search(Func::Getxattr, &crel).map_err(missing)?;
+                let root = call.root(f.branch).map_err(missing)?;
                 Ok(vec![if what == "basepath" {
                     root.path.as_os_str().as_encoded_bytes().to_vec()
                 } else {
@@ -242,11 +244,11 @@ impl UnionFs {
                 }])
             }
             "allpaths" => {
-                let all: Vec<Vec<u8>> = self
+                let all: Vec<Vec<u8>> = call
                     .view()
                     .branches
                     .indices()
-                    .filter(|&b| self.find_on(b, &crel).is_some())
+                    .filter(|&b| call.find_on(b, &crel).is_some())
                     .map(full)
                     .collect();
                 if all.is_empty() {

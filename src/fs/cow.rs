@@ -13,6 +13,7 @@
 //!
 //! The `trusted.*` xattrs need CAP_SYS_ADMIN: with `cow=true` the daemon keeps it.
 
+use crate::fs::call::Call;
 use crate::sync::LockRecover;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -22,9 +23,9 @@ use fuse_backend_rs::abi::fuse_abi::stat64;
 use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::caller::Groups;
+use super::errno;
 use super::options::Func;
 use super::resolve::{present, split_parent, Found};
-use super::{errno, UnionFs};
 use crate::sys::beneath;
 use fuse_backend_rs::api::filesystem::Context;
 
@@ -45,7 +46,7 @@ fn is_opaque(fd: BorrowedFd<'_>) -> bool {
     )
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// Whether `rel` on `branch` is hidden by a layer above it: a whiteout at `rel` or at one
     /// of its ancestors, a non-directory at an ancestor, or an opaque directory at `rel` or
     /// at an ancestor. Always false without `cow`.

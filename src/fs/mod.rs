@@ -1,9 +1,10 @@
-//! The virtio-fs `FileSystem` implementation for the union. Each trait method is a one-line
-//! delegation into `fs/ops/<family>.rs`; this module owns the branch roots, the inode table and
-//! the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
+//! The union as the protocol layer's [`Filesystem`](crate::fuse::Filesystem). Each trait method is a one-line
+//! delegation into `fs/ops/<family>.rs` with the request's `Call` (the view it pinned);
+//! this module owns the branch roots, the inode table and the handle table. It knows nothing of virtqueues (that is `vhost`) and calls no libc directly
 //! (that is `sys`).
 
 mod branches;
+pub(crate) mod call;
 mod caller;
 mod clone;
 pub mod control;
@@ -18,26 +19,19 @@ mod negotiated;
 mod node;
 mod ops;
 pub mod options;
-pub mod own;
 mod readdir_snapshot;
 mod resolve;
-pub mod secctx;
+mod serve;
 pub mod session;
 mod view;
 pub mod xattrmap;
 
-use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use fuse_backend_rs::abi::fuse_abi::SetattrValid;
-use fuse_backend_rs::abi::fuse_abi::{stat64, statvfs64, CreateIn, FsOptions, OpenOptions};
-use fuse_backend_rs::api::filesystem::{
-    Context, DirEntry, Entry, FileSystem, GetxattrReply, ListxattrReply, ZeroCopyReader,
-    ZeroCopyWriter,
-};
+use fuse_backend_rs::abi::fuse_abi::stat64;
+use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::{Mode, OFlags};
 
 pub use inode::ROOT_ID;
@@ -47,8 +41,7 @@ use branches::{Branches, Root};
 use handle::HandleTable;
 use inode::InodeTable;
 use options::UnionOptions;
-use view::View;
-pub use view::{SharedView, ViewScope};
+pub use view::View;
 
 /// Everything the filesystem layer needs to know, built by `config`.
 #[derive(Clone, Debug)]
@@ -104,8 +97,6 @@ pub struct UnionFs {
     cfg: FsConfig,
     /// The branch set and options requests see now; a control change replaces it.
     current: arc_swap::ArcSwap<View>,
-    /// This filesystem's number (pinned views are per filesystem).
-    number: usize,
     /// Serializes control changes (each derives the next view from the current one).
     editing: std::sync::Mutex<()>,
     /// How guest paths are resolved beneath branch roots (see `follow-symlinks`).
@@ -269,7 +260,6 @@ impl UnionFs {
         };
         Ok(UnionFs {
             current: arc_swap::ArcSwap::from_pointee(view),
-            number: view::next_fs_number(),
             editing: Default::default(),
             cfg,
             resolve,
@@ -314,7 +304,7 @@ impl UnionFs {
         *self.fd_budget.get_or_init(|| {
             let budget = budget_for(crate::sys::limits::nofile());
             self.inodes
-                .set_capacity((budget / 4).clamp(1, self.view().opts.node_fds));
+                .set_capacity((budget / 4).clamp(1, self.now().opts.node_fds));
             budget
         })
     }
@@ -358,339 +348,6 @@ impl UnionFs {
 /// The errno as an `io::Error`: the only error kind the fs layer returns.
 pub(crate) fn errno(e: i32) -> io::Error {
     io::Error::from_raw_os_error(e)
-}
-
-impl FileSystem for UnionFs {
-    type Inode = u64;
-    type Handle = u64;
-
-    fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
-        // An INIT while a session holds nodes or handles: the guest was reset without a
-        // DESTROY or a device reset (a hard reboot, a crash, kexec). Its kernel forgot
-        // everything, so the old session ends here as a DESTROY would end it.
-        self.destroy();
-        // Whether each branch's nodes use file handles, worked out (and logged) now, in the
-        // serving process.
-        self.probe_branches();
-        Ok(self.negotiated.init(&self.view().opts, capable))
-    }
-
-    fn destroy(&self) {
-        // The session is over (FUSE_DESTROY, or the device was reset by a guest reboot): the
-        // guest holds nothing any more, so every node and handle goes, descriptors included.
-        let (nodes, handles) = (self.inode_count().saturating_sub(1), self.handle_count());
-        let locks = self.locks.clear();
-        if nodes > 0 || handles > 0 || locks > 0 {
-            log::info!("session ended: dropped {nodes} nodes and {handles} handles, {locks} locks");
-        }
-        self.handles.clear();
-        self.inodes.clear();
-    }
-
-    fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
-        ops::lookup::lookup(self, parent, name).map(|e| self.guest_entry(e))
-    }
-
-    fn forget(&self, _ctx: &Context, inode: u64, count: u64) {
-        self.inodes.forget(inode, count)
-    }
-
-    fn batch_forget(&self, _ctx: &Context, requests: Vec<(u64, u64)>) {
-        for (inode, count) in requests {
-            self.inodes.forget(inode, count)
-        }
-    }
-
-    fn getattr(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: Option<u64>,
-    ) -> io::Result<(stat64, Duration)> {
-        ops::attr::getattr(self, inode, handle).map(|(st, t)| (self.guest_stat(st), t))
-    }
-
-    fn setattr(
-        &self,
-        ctx: &Context,
-        inode: u64,
-        attr: stat64,
-        handle: Option<u64>,
-        valid: SetattrValid,
-    ) -> io::Result<(stat64, Duration)> {
-        let ctx = &self.host_ctx(ctx)?;
-        let mut attr = attr;
-        if valid.contains(SetattrValid::UID) {
-            attr.st_uid = self.cfg.ids.uid.to_host(attr.st_uid).map_err(forbidden)?;
-        }
-        if valid.contains(SetattrValid::GID) {
-            attr.st_gid = self.cfg.ids.gid.to_host(attr.st_gid).map_err(forbidden)?;
-        }
-        ops::attr::setattr(self, ctx, inode, attr, handle, valid)
-            .map(|(st, t)| (self.guest_stat(st), t))
-    }
-
-    fn readlink(&self, _ctx: &Context, inode: u64) -> io::Result<Vec<u8>> {
-        ops::attr::readlink(self, inode)
-    }
-
-    fn access(&self, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
-        ops::attr::access(self, &self.host_ctx(ctx)?, inode, mask)
-    }
-
-    fn symlink(
-        &self,
-        ctx: &Context,
-        linkname: &CStr,
-        parent: u64,
-        name: &CStr,
-    ) -> io::Result<Entry> {
-        let new = ops::create::NewEntry {
-            umask: None,
-            label: secctx::current(),
-        };
-        ops::create::symlink(self, &self.host_ctx(ctx)?, linkname, parent, name, &new)
-            .map(|e| self.guest_entry(e))
-    }
-
-    fn mknod(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        mode: u32,
-        rdev: u32,
-        umask: u32,
-    ) -> io::Result<Entry> {
-        let new = ops::create::NewEntry::of_request(self, umask);
-        ops::create::mknod(self, &self.host_ctx(ctx)?, parent, name, mode, rdev, &new)
-            .map(|e| self.guest_entry(e))
-    }
-
-    fn mkdir(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        mode: u32,
-        umask: u32,
-    ) -> io::Result<Entry> {
-        let new = ops::create::NewEntry::of_request(self, umask);
-        ops::create::mkdir(self, &self.host_ctx(ctx)?, parent, name, mode, &new)
-            .map(|e| self.guest_entry(e))
-    }
-
-    fn create(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        args: CreateIn,
-    ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
-        ops::create::create(self, &self.host_ctx(ctx)?, parent, name, args)
-            .map(|(e, h, o, p)| (self.guest_entry(e), h, o, p))
-    }
-
-    fn unlink(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        ops::remove::remove(self, &self.host_ctx(ctx)?, parent, name, false)
-    }
-
-    fn rmdir(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        ops::remove::remove(self, &self.host_ctx(ctx)?, parent, name, true)
-    }
-
-    fn rename(
-        &self,
-        ctx: &Context,
-        olddir: u64,
-        oldname: &CStr,
-        newdir: u64,
-        newname: &CStr,
-        flags: u32,
-    ) -> io::Result<()> {
-        let ctx = &self.host_ctx(ctx)?;
-        ops::rename::rename(self, ctx, olddir, oldname, newdir, newname, flags)
-    }
-
-    fn link(&self, ctx: &Context, inode: u64, newparent: u64, newname: &CStr) -> io::Result<Entry> {
-        ops::link::link(self, &self.host_ctx(ctx)?, inode, newparent, newname)
-            .map(|e| self.guest_entry(e))
-    }
-
-    fn open(
-        &self,
-        ctx: &Context,
-        inode: u64,
-        flags: u32,
-        fuse_flags: u32,
-    ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
-        ops::open::open(self, &self.host_ctx(ctx)?, inode, flags, fuse_flags)
-    }
-
-    fn release(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        _flags: u32,
-        handle: u64,
-        _flush: bool,
-        _flock_release: bool,
-        lock_owner: Option<u64>,
-    ) -> io::Result<()> {
-        // The handle's own descriptor closes with it, and its flock locks with that.
-        if let Some(owner) = lock_owner {
-            ops::lock::release_owner(self, inode, owner);
-        }
-        let r = ops::open::release(self, inode, handle);
-        ops::lock::release_handle(self, inode, handle);
-        r
-    }
-
-    fn flush(&self, _ctx: &Context, inode: u64, handle: u64, lock_owner: u64) -> io::Result<()> {
-        ops::lock::release_owner(self, inode, lock_owner);
-        ops::open::flush(self, inode, handle)
-    }
-
-    fn fsync(&self, _ctx: &Context, inode: u64, datasync: bool, handle: u64) -> io::Result<()> {
-        ops::open::fsync(self, inode, datasync, handle)
-    }
-
-    fn read(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: u64,
-        w: &mut dyn ZeroCopyWriter,
-        size: u32,
-        offset: u64,
-        _lock_owner: Option<u64>,
-        _flags: u32,
-    ) -> io::Result<usize> {
-        ops::io::read(self, inode, handle, w, size, offset)
-    }
-
-    fn write(
-        &self,
-        ctx: &Context,
-        inode: u64,
-        handle: u64,
-        r: &mut dyn ZeroCopyReader,
-        size: u32,
-        offset: u64,
-        _lock_owner: Option<u64>,
-        _delayed_write: bool,
-        _flags: u32,
-        fuse_flags: u32,
-    ) -> io::Result<usize> {
-        ops::io::write(
-            self,
-            &self.host_ctx(ctx)?,
-            inode,
-            handle,
-            r,
-            size,
-            offset,
-            fuse_flags,
-        )
-    }
-
-    fn fallocate(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: u64,
-        mode: u32,
-        offset: u64,
-        length: u64,
-    ) -> io::Result<()> {
-        ops::io::fallocate(self, inode, handle, mode, offset, length)
-    }
-
-    fn lseek(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: u64,
-        offset: u64,
-        whence: u32,
-    ) -> io::Result<u64> {
-        ops::io::lseek(self, inode, handle, offset, whence)
-    }
-
-    fn statfs(&self, _ctx: &Context, inode: u64) -> io::Result<statvfs64> {
-        ops::statfs::statfs(self, inode)
-    }
-
-    fn opendir(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        _flags: u32,
-    ) -> io::Result<(Option<u64>, OpenOptions)> {
-        ops::readdir::opendir(self, inode)
-    }
-
-    fn readdir(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: u64,
-        _size: u32,
-        offset: u64,
-        add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        ops::readdir::readdir(self, inode, handle, offset, add_entry)
-    }
-
-    fn readdirplus(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        handle: u64,
-        _size: u32,
-        offset: u64,
-        add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        let mut add = |d: DirEntry, e: Entry| add_entry(d, self.guest_entry(e));
-        ops::readdir::readdirplus(self, inode, handle, offset, &mut add)
-    }
-
-    fn releasedir(&self, _ctx: &Context, inode: u64, _flags: u32, handle: u64) -> io::Result<()> {
-        ops::readdir::releasedir(self, inode, handle)
-    }
-
-    fn fsyncdir(&self, _ctx: &Context, inode: u64, datasync: bool, handle: u64) -> io::Result<()> {
-        ops::readdir::fsyncdir(self, inode, datasync, handle)
-    }
-
-    fn setxattr(
-        &self,
-        ctx: &Context,
-        inode: u64,
-        name: &CStr,
-        value: &[u8],
-        flags: u32,
-    ) -> io::Result<()> {
-        ops::xattr::setxattr(self, &self.host_ctx(ctx)?, inode, name, value, flags, 0)
-    }
-
-    fn getxattr(
-        &self,
-        _ctx: &Context,
-        inode: u64,
-        name: &CStr,
-        size: u32,
-    ) -> io::Result<GetxattrReply> {
-        ops::xattr::getxattr(self, inode, name, size)
-    }
-
-    fn listxattr(&self, _ctx: &Context, inode: u64, size: u32) -> io::Result<ListxattrReply> {
-        ops::xattr::listxattr(self, inode, size)
-    }
-
-    fn removexattr(&self, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
-        ops::xattr::removexattr(self, &self.host_ctx(ctx)?, inode, name)
-    }
 }
 
 #[cfg(test)]

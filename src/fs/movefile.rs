@@ -3,6 +3,7 @@
 //! xattrs, and the open handle is switched to the new copy so the write can be retried. No
 //! byte already written is lost: the copy is complete before the original is unlinked.
 
+use crate::fs::call::Call;
 use crate::sync::LockRecover;
 use std::ffi::CString;
 use std::fs::File;
@@ -12,9 +13,9 @@ use std::sync::atomic::Ordering;
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 
+use super::errno;
 use super::handle::FileHandle;
 use super::resolve::split_parent;
-use super::{errno, UnionFs};
 use crate::sys::{beneath, file::replace_fd};
 use crate::union::policy::Category;
 use crate::union::BranchMode;
@@ -24,7 +25,7 @@ pub(crate) fn is_out_of_space(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// Moves the file behind handle `h` to another branch; the handle refers to the new copy
     /// afterwards. Fails (and changes nothing) if no other branch qualifies.
     pub(crate) fn move_on_enospc(&self, h: &FileHandle) -> io::Result<()> {

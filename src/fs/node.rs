@@ -12,14 +12,15 @@ use std::sync::Arc;
 use rustix::fs::OFlags;
 
 use super::branches::{HandleMount, Root};
+use super::errno;
 use super::inode::{Bind, Bound, Key};
 use super::resolve::Found;
-use super::{errno, UnionFs};
+use crate::fs::call::Call;
 use crate::fs::options::{FileHandles, Func};
 use crate::sys::beneath;
 use crate::sys::handle::{self, FileHandle};
 
-impl UnionFs {
+impl Call<'_> {
     /// The host object of node `inode` as `func` sees it. A node is bound to the object its
     /// lookup found, and acts through that object's descriptor (one `fstat`, no path walk), so
     /// it keeps working after a rename or after its last name is gone. Only when `func` has a
@@ -226,7 +227,7 @@ impl UnionFs {
 /// the basic fields and the birth time, so a STATX reply needs no second call either).
 type Reopened = (usize, Arc<OwnedFd>, Option<libc::statx>);
 
-impl UnionFs {
+impl Call<'_> {
     /// Directory node `inode`, whose branch was removed, bound again to its directory on
     /// the first branch that still has one; ESTALE for anything else.
     fn dir_elsewhere(&self, inode: u64) -> io::Result<Reopened> {
@@ -280,7 +281,7 @@ pub(crate) fn probe_handles(root: std::os::fd::BorrowedFd<'_>) -> io::Result<Han
 /// [`UnionFs::keep_open`]).
 pub(crate) struct Kept(Option<(u64, Key, Arc<OwnedFd>)>);
 
-impl UnionFs {
+impl Call<'_> {
     /// Before a change that may take the last name of the node at `parent/name` (unlink,
     /// rename over it): the node gets its descriptor back, so that it stays usable after
     /// (an open-unlinked file), when neither its path nor, on some filesystems, its handle

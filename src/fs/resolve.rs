@@ -12,9 +12,10 @@ use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use super::branches::Root;
+use super::errno;
 pub(crate) use super::ino::ino_for;
 use super::inode::Rebind;
-use super::{errno, UnionFs};
+use crate::fs::call::Call;
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
 use crate::union::policy::Space;
@@ -36,9 +37,9 @@ pub(crate) struct Found {
 
 /// A probe over the real branches that remembers what it opened for one path.
 pub(crate) struct OpeningProbe<'a> {
-    fs: &'a UnionFs,
+    fs: Call<'a>,
     /// The request's view: the policies' branch positions are its branch order.
-    view: Arc<super::view::View>,
+    view: &'a super::view::View,
     rel: &'a CStr,
     cache: RefCell<smallvec::SmallVec<[Option<Option<Found>>; 4]>>,
     /// The first failure that was not "no such entry" (EMFILE, ENOMEM, EIO…): a probe that
@@ -47,8 +48,8 @@ pub(crate) struct OpeningProbe<'a> {
 }
 
 impl<'a> OpeningProbe<'a> {
-    pub(crate) fn new(fs: &'a UnionFs, rel: &'a CStr) -> Self {
-        let view = fs.view();
+    pub(crate) fn new(fs: &Call<'a>, rel: &'a CStr) -> Self {
+        let (fs, view) = (*fs, fs.view());
         let cache = RefCell::new(view.branches.indices().map(|_| None).collect());
         OpeningProbe {
             fs,
@@ -203,7 +204,7 @@ pub(crate) fn split_parent(rel: &CStr) -> (CString, CString) {
     }
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
     pub(crate) fn root(&self, branch: usize) -> io::Result<Arc<Root>> {
         self.with_root(branch, Arc::clone)
@@ -251,7 +252,6 @@ impl UnionFs {
             }
             return Ok(out);
         }
-        drop(view);
         let probe = OpeningProbe::new(self, rel);
         let chosen = policy
             .select(func.category(), probe.infos(), rel.to_bytes(), &probe)
@@ -345,7 +345,6 @@ impl UnionFs {
     pub(crate) fn search(&self, func: Func, rel: &CStr) -> io::Result<Found> {
         let view = self.view();
         if !view.opts.policies.get(func).first_existing(func.category()) {
-            drop(view);
             let mut v = self.select(func, rel)?;
             return Ok(v.swap_remove(0));
         }

@@ -11,15 +11,13 @@ use std::sync::Arc;
 use fuse_backend_rs::abi::fuse_abi::{
     InHeader, OutHeader, ReadIn, WriteIn, WriteOut, READ_LOCKOWNER, WRITE_CACHE, WRITE_LOCKOWNER,
 };
-use fuse_backend_rs::api::filesystem::{Context, FileSystem, ZeroCopyWriter};
+use fuse_backend_rs::api::filesystem::{Context, ZeroCopyWriter};
 use log::debug;
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
-use crate::fs::{SharedView, ViewScope};
-
 use super::buf::Cursor;
-use super::filesystem::ServedFs;
+use super::filesystem::{Request, ServedFs};
 use super::reply::{reply_errno, reply_io_error, reply_ok, RequestError};
 
 /// Serves FUSE_READ: the reply header goes into the first 16 writable bytes and `fill`
@@ -73,14 +71,14 @@ where
 /// Returns the used length.
 pub fn write<F, S>(
     fs: &F,
-    ctx: &Context,
+    req: &Request<'_, F::View>,
     hdr: &InHeader,
     mut r: Cursor<'_, '_, S>,
     mut w: Cursor<'_, '_, S>,
     max_write: u32,
 ) -> Result<usize, RequestError>
 where
-    F: FileSystem<Inode = u64, Handle = u64>,
+    F: ServedFs,
     S: BitmapSlice,
 {
     let arg: WriteIn = r.read_obj().map_err(RequestError::Decode)?;
@@ -96,7 +94,7 @@ where
     let owner = (arg.fuse_flags & WRITE_LOCKOWNER != 0).then_some(arg.lock_owner);
     let delayed = arg.fuse_flags & WRITE_CACHE != 0;
     match fs.write(
-        ctx,
+        req,
         hdr.nodeid,
         arg.fh,
         &mut r,
@@ -118,16 +116,15 @@ where
     }
 }
 
-/// One READ as the filesystem fills it: the caller, the node, READ's arguments and the view of
-/// the branches its request pinned. Borrowed from the serving thread; [`ReadJob::to_owned`]
-/// gives another thread what it needs to fill part of the same READ.
-pub struct ReadJob<'s, F> {
+/// One READ as the filesystem fills it: its request (the caller, the view it pinned), the
+/// node and READ's arguments. Borrowed from the serving thread; [`ReadJob::to_owned`] gives
+/// another thread what it needs to fill part of the same READ, with the same view.
+pub struct ReadJob<'s, F: ServedFs> {
     pub(super) fs: &'s Arc<F>,
-    pub(super) ctx: Context,
+    pub(super) req: Request<'s, F::View>,
     pub(super) nodeid: u64,
     pub(super) arg: ReadIn,
     pub(super) owner: Option<u64>,
-    pub(super) view: &'s Option<ViewScope>,
 }
 
 impl<F: ServedFs> ReadJob<'_, F> {
@@ -136,12 +133,11 @@ impl<F: ServedFs> ReadJob<'_, F> {
         self.arg.size as usize
     }
 
-    /// Fills `data` with `len` bytes from `at` bytes into the READ, on this thread (whose
-    /// request pinned the view).
+    /// Fills `data` with `len` bytes from `at` bytes into the READ.
     pub fn fill(&self, data: &mut dyn ZeroCopyWriter, at: usize, len: usize) -> io::Result<usize> {
         fill(
             &**self.fs,
-            &self.ctx,
+            &self.req,
             self.nodeid,
             &self.arg,
             self.owner,
@@ -155,42 +151,47 @@ impl<F: ServedFs> ReadJob<'_, F> {
     pub fn to_owned(&self) -> OwnedRead<F> {
         OwnedRead::new(
             self.fs.clone(),
-            self.ctx,
+            self.req.unique,
+            self.req.ctx,
+            self.req.view.clone(),
             self.nodeid,
             self.arg,
             self.owner,
-            self.view.as_ref().map(ViewScope::share),
         )
     }
 }
 
 /// A READ another thread fills part of (see [`ReadJob::to_owned`]).
-pub struct OwnedRead<F> {
+pub struct OwnedRead<F: ServedFs> {
     fs: Arc<F>,
+    unique: u64,
     ctx: Context,
+    view: F::View,
     nodeid: u64,
     arg: ReadIn,
     owner: Option<u64>,
-    view: Option<SharedView>,
 }
 
 impl<F: ServedFs> OwnedRead<F> {
-    /// A READ of `arg` on node `nodeid` by `ctx` (lock owner `owner`), served from `view`.
+    /// READ `arg` (request `unique`, by `ctx`, lock owner `owner`) of node `nodeid`, served
+    /// from `view`.
     pub fn new(
         fs: Arc<F>,
+        unique: u64,
         ctx: Context,
+        view: F::View,
         nodeid: u64,
         arg: ReadIn,
         owner: Option<u64>,
-        view: Option<SharedView>,
     ) -> Self {
         OwnedRead {
             fs,
+            unique,
             ctx,
+            view,
             nodeid,
             arg,
             owner,
-            view,
         }
     }
 
@@ -199,18 +200,19 @@ impl<F: ServedFs> OwnedRead<F> {
         self.arg.size as usize
     }
 
-    /// Pins, on this thread, the view of the branches the READ's request pinned: a piece of
-    /// a READ is served from the same branch set as the rest of it, whatever changed since.
-    pub fn enter(&self) -> Option<ViewScope> {
-        self.view.as_ref().map(SharedView::enter)
-    }
-
-    /// Fills `data` with `len` bytes from `at` bytes into the READ (the calling thread must
-    /// hold [`OwnedRead::enter`]'s scope).
+    /// Fills `data` with `len` bytes from `at` bytes into the READ, from the view the READ's
+    /// request pinned (not the current one: a branch edit while the READ runs cannot serve
+    /// its pieces from different branch sets).
     pub fn fill(&self, data: &mut dyn ZeroCopyWriter, at: usize, len: usize) -> io::Result<usize> {
+        let req = Request {
+            unique: self.unique,
+            ctx: self.ctx,
+            secctx: None,
+            view: &self.view,
+        };
         fill(
             &*self.fs,
-            &self.ctx,
+            &req,
             self.nodeid,
             &self.arg,
             self.owner,
@@ -224,7 +226,7 @@ impl<F: ServedFs> OwnedRead<F> {
 #[allow(clippy::too_many_arguments)]
 fn fill<F: ServedFs>(
     fs: &F,
-    ctx: &Context,
+    req: &Request<'_, F::View>,
     nodeid: u64,
     arg: &ReadIn,
     owner: Option<u64>,
@@ -233,7 +235,7 @@ fn fill<F: ServedFs>(
     len: usize,
 ) -> io::Result<usize> {
     fs.read(
-        ctx,
+        req,
         nodeid,
         arg.fh,
         data,

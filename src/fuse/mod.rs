@@ -18,18 +18,20 @@ mod oracle_tests;
 mod own;
 mod reply;
 mod router;
+pub mod secctx;
 mod server;
 pub mod state;
 mod transport;
 mod waiters;
 
 pub use buf::Cursor;
-pub use filesystem::ServedFs;
+pub use filesystem::{Cancel, Filesystem, Req, Request, ServedFs, StatxExtra};
 pub use init::{
     effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
 };
 pub use io::{OwnedRead, ReadJob};
 pub use opcode::{info, Cost, OpInfo};
 pub use reply::RequestError;
+pub use secctx::SecContext;
 pub use server::Server;
 pub use transport::{Plain, Transport};

@@ -35,8 +35,201 @@ const REPLY_ADDR: u64 = 0x80_0000;
 /// attributes derived from the name and node.
 struct Echo;
 
-impl crate::fs::own::OwnOps for Echo {}
-impl crate::fs::session::Sessions for Echo {}
+/// A fuse-backend-rs `FileSystem` (what its `Server` serves) as this project's
+/// [`Filesystem`](super::Filesystem): both servers then call the same code.
+struct Ours<T>(T);
+
+impl<T> crate::fs::session::Sessions for Ours<T> {}
+
+type Rq<'a, 'r> = super::Req<'a, 'r, Ours<Echo>>;
+
+#[allow(clippy::too_many_arguments)]
+impl super::Filesystem for Ours<Echo> {
+    type View = ();
+
+    fn view(&self) {}
+
+    fn init(&self, capable: FsOptions) -> io::Result<FsOptions> {
+        self.0.init(capable)
+    }
+    fn lookup(&self, r: Rq<'_, '_>, parent: u64, name: &CStr) -> io::Result<Entry> {
+        self.0.lookup(&r.ctx, parent, name)
+    }
+    fn getattr(&self, r: Rq<'_, '_>, node: u64, fh: Option<u64>) -> io::Result<(stat64, Duration)> {
+        self.0.getattr(&r.ctx, node, fh)
+    }
+    fn setattr(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        attr: stat64,
+        fh: Option<u64>,
+        valid: SetattrValid,
+    ) -> io::Result<(stat64, Duration)> {
+        self.0.setattr(&r.ctx, node, attr, fh, valid)
+    }
+    fn mkdir(
+        &self,
+        r: Rq<'_, '_>,
+        p: u64,
+        name: &CStr,
+        mode: u32,
+        umask: u32,
+    ) -> io::Result<Entry> {
+        self.0.mkdir(&r.ctx, p, name, mode, umask)
+    }
+    fn unlink(&self, r: Rq<'_, '_>, p: u64, name: &CStr) -> io::Result<()> {
+        self.0.unlink(&r.ctx, p, name)
+    }
+    fn rmdir(&self, r: Rq<'_, '_>, p: u64, name: &CStr) -> io::Result<()> {
+        self.0.rmdir(&r.ctx, p, name)
+    }
+    fn create(
+        &self,
+        r: Rq<'_, '_>,
+        p: u64,
+        name: &CStr,
+        args: CreateIn,
+    ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
+        self.0.create(&r.ctx, p, name, args)
+    }
+    fn open(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        flags: u32,
+        fuse_flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
+        self.0.open(&r.ctx, node, flags, fuse_flags)
+    }
+    fn opendir(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        flags: u32,
+    ) -> io::Result<(Option<u64>, OpenOptions)> {
+        self.0.opendir(&r.ctx, node, flags)
+    }
+    fn flush(&self, r: Rq<'_, '_>, node: u64, fh: u64, owner: u64) -> io::Result<()> {
+        self.0.flush(&r.ctx, node, fh, owner)
+    }
+    fn release(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        flags: u32,
+        fh: u64,
+        flush: bool,
+        flock: bool,
+        owner: Option<u64>,
+    ) -> io::Result<()> {
+        self.0.release(&r.ctx, node, flags, fh, flush, flock, owner)
+    }
+    fn releasedir(&self, r: Rq<'_, '_>, node: u64, flags: u32, fh: u64) -> io::Result<()> {
+        self.0.releasedir(&r.ctx, node, flags, fh)
+    }
+    fn getxattr(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        name: &CStr,
+        size: u32,
+    ) -> io::Result<GetxattrReply> {
+        self.0.getxattr(&r.ctx, node, name, size)
+    }
+    fn listxattr(&self, r: Rq<'_, '_>, node: u64, size: u32) -> io::Result<ListxattrReply> {
+        self.0.listxattr(&r.ctx, node, size)
+    }
+    fn fsync(&self, r: Rq<'_, '_>, node: u64, datasync: bool, fh: u64) -> io::Result<()> {
+        self.0.fsync(&r.ctx, node, datasync, fh)
+    }
+    fn fsyncdir(&self, r: Rq<'_, '_>, node: u64, datasync: bool, fh: u64) -> io::Result<()> {
+        self.0.fsyncdir(&r.ctx, node, datasync, fh)
+    }
+    fn fallocate(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        fh: u64,
+        mode: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<()> {
+        self.0.fallocate(&r.ctx, node, fh, mode, offset, length)
+    }
+    fn lseek(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    ) -> io::Result<u64> {
+        self.0.lseek(&r.ctx, node, fh, offset, whence)
+    }
+    fn access(&self, r: Rq<'_, '_>, node: u64, mask: u32) -> io::Result<()> {
+        self.0.access(&r.ctx, node, mask)
+    }
+    fn statfs(&self, r: Rq<'_, '_>, node: u64) -> io::Result<statvfs64> {
+        self.0.statfs(&r.ctx, node)
+    }
+    fn readdir(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        fh: u64,
+        size: u32,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.0.readdir(&r.ctx, node, fh, size, offset, add)
+    }
+    fn readdirplus(
+        &self,
+        r: Rq<'_, '_>,
+        node: u64,
+        fh: u64,
+        size: u32,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.0.readdirplus(&r.ctx, node, fh, size, offset, add)
+    }
+    fn readlink(&self, r: Rq<'_, '_>, node: u64) -> io::Result<Vec<u8>> {
+        self.0.readlink(&r.ctx, node)
+    }
+    fn symlink(&self, r: Rq<'_, '_>, target: &CStr, p: u64, name: &CStr) -> io::Result<Entry> {
+        self.0.symlink(&r.ctx, target, p, name)
+    }
+    fn mknod(
+        &self,
+        r: Rq<'_, '_>,
+        p: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    ) -> io::Result<Entry> {
+        self.0.mknod(&r.ctx, p, name, mode, rdev, umask)
+    }
+    fn link(&self, r: Rq<'_, '_>, node: u64, p: u64, name: &CStr) -> io::Result<Entry> {
+        self.0.link(&r.ctx, node, p, name)
+    }
+    fn rename(
+        &self,
+        r: Rq<'_, '_>,
+        p: u64,
+        old: &CStr,
+        newp: u64,
+        new: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        self.0.rename(&r.ctx, p, old, newp, new, flags)
+    }
+    fn removexattr(&self, r: Rq<'_, '_>, node: u64, name: &CStr) -> io::Result<()> {
+        self.0.removexattr(&r.ctx, node, name)
+    }
+}
 
 fn attr_of(seed: u64) -> stat64 {
     let mut st = crate::sys::abi::zeroed_stat();
@@ -400,7 +593,7 @@ fn errno_of(e: &fuse_backend_rs::Error) -> i32 {
 /// buffers, as a transport that is not virtio would) and from fuse-backend-rs's `Server`
 /// (over a descriptor chain, the oracle).
 fn both(request: &[u8], reply_len: u32) -> ((usize, Vec<u8>), (usize, Vec<u8>)) {
-    let ours = super::Server::new(Arc::new(Echo), 256);
+    let ours = super::Server::new(Arc::new(Ours(Echo)), 256);
     let mut req = request.to_vec();
     let mut reply = vec![0xee; reply_len as usize];
     let used = ours.serve_bytes(&mut req, &mut reply, 256);

@@ -1,7 +1,7 @@
 //! The requests fuse-backend-rs's `FileSystem` trait has no method for, or sizes differently
 //! (lock requests, INTERRUPT, COPY_FILE_RANGE, IOCTL, SETXATTR with FUSE_SETXATTR_EXT, TMPFILE,
 //! STATX's reply): each decoded from the request's private copy and answered from the
-//! filesystem's [`OwnOps`](crate::fs::own::OwnOps) or the server's own state. Called by the
+//! filesystem ([`Filesystem`](super::Filesystem)) or the server's own state. Called by the
 //! router.
 
 use std::ffi::CStr;
@@ -10,13 +10,12 @@ use fuse_backend_rs::abi::fuse_abi::{
     CopyFileRangeIn, CreateIn, EntryOut, InHeader, InterruptIn, IoctlIn, IoctlOut, LkIn, LkOut,
     OpenOut, SetxattrIn, WriteOut, LK_FLOCK,
 };
-use fuse_backend_rs::api::filesystem::Context;
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
 use super::body::Body;
 use super::buf::Cursor;
-use super::filesystem::ServedFs;
+use super::filesystem::{Request, ServedFs};
 use super::opcode::Opcode;
 use super::reply::{reply_io_error, reply_ok, RequestError};
 use super::server::Server;
@@ -28,13 +27,13 @@ impl<F: ServedFs> Server<F> {
     /// GETLK: the first lock that would conflict with the one described, or F_UNLCK.
     pub(super) fn getlk<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
     ) -> Served {
         let arg: LkIn = b.obj()?;
-        match self.fs.lock_get(ctx, hdr.nodeid, arg.fh, arg.owner, arg.lk) {
+        match self.fs.getlk(req, hdr.nodeid, arg.fh, arg.owner, arg.lk) {
             Ok(lk) => reply_ok(w, hdr.unique, LkOut { lk }.as_slice()),
             Err(e) => reply_io_error(w, hdr.unique, &e),
         }
@@ -44,7 +43,7 @@ impl<F: ServedFs> Server<F> {
     /// session ends the wait).
     pub(super) fn setlk<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
@@ -55,12 +54,12 @@ impl<F: ServedFs> Server<F> {
         let res = if wait {
             let reg = self.waiters.register(hdr.unique);
             let cancelled = || reg.cancelled();
-            self.fs.lock_set(
-                ctx, hdr.nodeid, arg.fh, arg.owner, arg.lk, flock, true, &cancelled,
+            self.fs.setlk(
+                req, hdr.nodeid, arg.fh, arg.owner, arg.lk, flock, true, &cancelled,
             )
         } else {
-            self.fs.lock_set(
-                ctx,
+            self.fs.setlk(
+                req,
                 hdr.nodeid,
                 arg.fh,
                 arg.owner,
@@ -88,14 +87,14 @@ impl<F: ServedFs> Server<F> {
     /// COPY_FILE_RANGE: the bytes copied, in a WRITE's reply.
     pub(super) fn copy_file_range<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
     ) -> Served {
         let a: CopyFileRangeIn = b.obj()?;
         let res = self.fs.copy_file_range(
-            ctx,
+            req,
             hdr.nodeid,
             a.fh_in,
             a.offset_in,
@@ -121,7 +120,7 @@ impl<F: ServedFs> Server<F> {
     /// command); unrestricted ones (a pointer chase) and directories are refused.
     pub(super) fn ioctl<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
@@ -142,7 +141,7 @@ impl<F: ServedFs> Server<F> {
             .ok_or_else(|| RequestError::Decode(std::io::ErrorKind::UnexpectedEof.into()))?;
         match self
             .fs
-            .inode_ioctl(ctx, hdr.nodeid, a.fh, a.cmd, input, a.out_size)
+            .ioctl(req, hdr.nodeid, a.fh, a.cmd, input, a.out_size)
         {
             Ok(out) => {
                 let head = IoctlOut {
@@ -161,7 +160,7 @@ impl<F: ServedFs> Server<F> {
     /// value; each length checked against the others and Linux's limits.
     pub(super) fn setxattr<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
@@ -191,7 +190,7 @@ impl<F: ServedFs> Server<F> {
         };
         match self
             .fs
-            .set_xattr(ctx, hdr.nodeid, name, value, flags, setxattr_flags)
+            .setxattr(req, hdr.nodeid, name, value, flags, setxattr_flags)
         {
             Ok(()) => reply_ok(w, hdr.unique, &[]),
             Err(e) => reply_io_error(w, hdr.unique, &e),
@@ -202,13 +201,13 @@ impl<F: ServedFs> Server<F> {
     /// (the security context, if any, was taken off the end already).
     pub(super) fn tmpfile<B: BitmapSlice>(
         &self,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         mut b: Body<'_>,
         w: &mut Cursor<'_, '_, B>,
     ) -> Served {
         let args: CreateIn = b.obj()?;
-        match self.fs.tmpfile(ctx, hdr.nodeid, args) {
+        match self.fs.tmpfile(req, hdr.nodeid, args) {
             Ok((e, fh, opts)) => {
                 const E: usize = size_of::<EntryOut>();
                 let mut out = [0u8; E + size_of::<OpenOut>()];
@@ -230,7 +229,7 @@ impl<F: ServedFs> Server<F> {
 pub(super) fn statx_out(
     st: &fuse_backend_rs::abi::fuse_abi::stat64,
     valid: std::time::Duration,
-    extra: &crate::fs::own::StatxExtra,
+    extra: &super::filesystem::StatxExtra,
 ) -> StatxOut {
     use crate::sys::abi::fuse::{Statx, SxTime};
     let t = |sec: i64, nsec: i64| SxTime {

@@ -2,10 +2,8 @@
 //! copy (all but READ and WRITE, `io.rs`), each request's arguments decoded from that copy and
 //! its reply written straight into the reply's buffers (no per-request buffers). The replies
 //! are the ones fuse-backend-rs's `Server` gives, byte for byte (`oracle_tests.rs`); the
-//! filesystem is called through the same `FileSystem` methods, and through [`OwnOps`] for
-//! what that trait lacks.
-//!
-//! [`OwnOps`]: crate::fs::own::OwnOps
+//! filesystem is called through the project's own [`Filesystem`](super::Filesystem) trait,
+//! with the request value built once by the server.
 
 use std::io;
 use std::mem::size_of;
@@ -17,16 +15,14 @@ use fuse_backend_rs::abi::fuse_abi::{
     SetattrIn, SetattrValid, FATTR_FH, GETATTR_FH,
 };
 use fuse_backend_rs::abi::fuse_abi::{RELEASE_FLOCK_UNLOCK, RELEASE_FLUSH};
-use fuse_backend_rs::api::filesystem::{
-    Context, DirEntry, Entry, FileSystem, GetxattrReply, ListxattrReply,
-};
+use fuse_backend_rs::api::filesystem::{DirEntry, Entry, GetxattrReply, ListxattrReply};
 use vm_memory::ByteValued;
 
 use vm_memory::bitmap::BitmapSlice;
 
 use super::body::Body;
 use super::buf::Cursor;
-use super::filesystem::ServedFs;
+use super::filesystem::{Request, ServedFs};
 use super::opcode::{Op, Opcode};
 use super::reply::{reply_io_error, reply_ok, RequestError};
 use super::server::Server;
@@ -91,11 +87,11 @@ fn attr<B: BitmapSlice>(
 
 impl<F: ServedFs> Server<F> {
     /// Serves `op` for the request `hdr` whose body (arguments and names, extensions
-    /// removed) is `body`; the reply goes to `w`. `ctx` is the caller, already remapped.
+    /// removed) is `body`; the reply goes to `w`. `req` is the caller, already remapped.
     pub(super) fn route<B: BitmapSlice>(
         &self,
         op: Op,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         body: &[u8],
         w: &mut Cursor<'_, '_, B>,
@@ -104,10 +100,10 @@ impl<F: ServedFs> Server<F> {
         let (node, unique) = (hdr.nodeid, hdr.unique);
         let mut b = Body(body);
         match op {
-            Op::Lookup => entry(w, unique, fs.lookup(ctx, node, b.name()?)),
+            Op::Lookup => entry(w, unique, fs.lookup(req, node, b.name()?)),
             Op::Forget => {
                 let arg: ForgetIn = b.obj()?;
-                fs.forget(ctx, node, arg.nlookup);
+                fs.forget(req, node, arg.nlookup);
                 Ok(0)
             }
             Op::BatchForget => {
@@ -123,33 +119,33 @@ impl<F: ServedFs> Server<F> {
                     let one: ForgetOne = b.obj()?;
                     list.push((one.nodeid, one.nlookup));
                 }
-                fs.batch_forget(ctx, list);
+                fs.batch_forget(req, list);
                 Ok(0)
             }
             Op::Getattr => {
                 let arg: GetattrIn = b.obj()?;
                 let fh = (arg.flags & GETATTR_FH != 0).then_some(arg.fh);
-                attr(w, unique, fs.getattr(ctx, node, fh))
+                attr(w, unique, fs.getattr(req, node, fh))
             }
             Op::Setattr => {
                 let arg: SetattrIn = b.obj()?;
                 let fh = (arg.valid & FATTR_FH != 0).then_some(arg.fh);
                 let valid = SetattrValid::from_bits_truncate(arg.valid);
-                attr(w, unique, fs.setattr(ctx, node, arg.into(), fh, valid))
+                attr(w, unique, fs.setattr(req, node, arg.into(), fh, valid))
             }
-            Op::Unlink => done(w, unique, fs.unlink(ctx, node, b.name()?)),
-            Op::Rmdir => done(w, unique, fs.rmdir(ctx, node, b.name()?)),
+            Op::Unlink => done(w, unique, fs.unlink(req, node, b.name()?)),
+            Op::Rmdir => done(w, unique, fs.rmdir(req, node, b.name()?)),
             Op::Mkdir => {
                 let arg: MkdirIn = b.obj()?;
                 entry(
                     w,
                     unique,
-                    fs.mkdir(ctx, node, b.name()?, arg.mode, arg.umask),
+                    fs.mkdir(req, node, b.name()?, arg.mode, arg.umask),
                 )
             }
             Op::Create => {
                 let arg: CreateIn = b.obj()?;
-                match fs.create(ctx, node, b.name()?, arg) {
+                match fs.create(req, node, b.name()?, arg) {
                     Ok((e, fh, opts, passthrough)) => {
                         const E: usize = size_of::<EntryOut>();
                         let mut out = [0u8; E + size_of::<OpenOut>()];
@@ -168,9 +164,9 @@ impl<F: ServedFs> Server<F> {
             Op::Open | Op::Opendir => {
                 let arg: OpenIn = b.obj()?;
                 let res = if op == Op::Open {
-                    fs.open(ctx, node, arg.flags, arg.fuse_flags)
+                    fs.open(req, node, arg.flags, arg.fuse_flags)
                 } else {
-                    fs.opendir(ctx, node, arg.flags)
+                    fs.opendir(req, node, arg.flags)
                         .map(|(fh, opts)| (fh, opts, None))
                 };
                 match res {
@@ -187,7 +183,7 @@ impl<F: ServedFs> Server<F> {
             }
             Op::Flush => {
                 let arg: FlushIn = b.obj()?;
-                done(w, unique, fs.flush(ctx, node, arg.fh, arg.lock_owner))
+                done(w, unique, fs.flush(req, node, arg.fh, arg.lock_owner))
             }
             Op::Release => {
                 let arg: ReleaseIn = b.obj()?;
@@ -197,21 +193,21 @@ impl<F: ServedFs> Server<F> {
                 done(
                     w,
                     unique,
-                    fs.release(ctx, node, arg.flags, arg.fh, flush, flock, owner),
+                    fs.release(req, node, arg.flags, arg.fh, flush, flock, owner),
                 )
             }
             Op::Releasedir => {
                 let arg: ReleaseIn = b.obj()?;
-                done(w, unique, fs.releasedir(ctx, node, arg.flags, arg.fh))
+                done(w, unique, fs.releasedir(req, node, arg.flags, arg.fh))
             }
             Op::Readdir | Op::Readdirplus => {
                 let arg: ReadIn = b.obj()?;
-                self.listing(op == Op::Readdirplus, ctx, hdr, &arg, w)
+                self.listing(op == Op::Readdirplus, req, hdr, &arg, w)
             }
             Op::Statx => {
                 let arg: StatxIn = b.obj()?;
                 let fh = (arg.getattr_flags & GETATTR_FH != 0).then_some(arg.fh);
-                match fs.statx(ctx, node, fh) {
+                match fs.statx(req, node, fh) {
                     Ok((st, valid, extra)) => {
                         let out = super::own::statx_out(&st, valid, &extra);
                         reply_ok(w, unique, out.as_slice())
@@ -221,7 +217,7 @@ impl<F: ServedFs> Server<F> {
             }
             Op::Getxattr => {
                 let arg: GetxattrIn = b.obj()?;
-                match fs.getxattr(ctx, node, b.name()?, arg.size) {
+                match fs.getxattr(req, node, b.name()?, arg.size) {
                     Ok(GetxattrReply::Value(v)) => reply_ok(w, unique, &v),
                     Ok(GetxattrReply::Count(size)) => count(w, unique, size),
                     Err(e) => reply_io_error(w, unique, &e),
@@ -229,7 +225,7 @@ impl<F: ServedFs> Server<F> {
             }
             Op::Listxattr => {
                 let arg: GetxattrIn = b.obj()?;
-                match fs.listxattr(ctx, node, arg.size) {
+                match fs.listxattr(req, node, arg.size) {
                     Ok(ListxattrReply::Names(v)) => reply_ok(w, unique, &v),
                     Ok(ListxattrReply::Count(size)) => count(w, unique, size),
                     Err(e) => reply_io_error(w, unique, &e),
@@ -239,9 +235,9 @@ impl<F: ServedFs> Server<F> {
                 let arg: FsyncIn = b.obj()?;
                 let datasync = arg.fsync_flags & 1 != 0;
                 let res = if op == Op::Fsync {
-                    fs.fsync(ctx, node, datasync, arg.fh)
+                    fs.fsync(req, node, datasync, arg.fh)
                 } else {
-                    fs.fsyncdir(ctx, node, datasync, arg.fh)
+                    fs.fsyncdir(req, node, datasync, arg.fh)
                 };
                 done(w, unique, res)
             }
@@ -250,31 +246,31 @@ impl<F: ServedFs> Server<F> {
                 done(
                     w,
                     unique,
-                    fs.fallocate(ctx, node, a.fh, a.mode, a.offset, a.length),
+                    fs.fallocate(req, node, a.fh, a.mode, a.offset, a.length),
                 )
             }
             Op::Lseek => {
                 let a: LseekIn = b.obj()?;
-                match fs.lseek(ctx, node, a.fh, a.offset, a.whence) {
+                match fs.lseek(req, node, a.fh, a.offset, a.whence) {
                     Ok(offset) => reply_ok(w, unique, LseekOut { offset }.as_slice()),
                     Err(e) => reply_io_error(w, unique, &e),
                 }
             }
             Op::Access => {
                 let a: AccessIn = b.obj()?;
-                done(w, unique, fs.access(ctx, node, a.mask))
+                done(w, unique, fs.access(req, node, a.mask))
             }
-            Op::Statfs => match fs.statfs(ctx, node) {
+            Op::Statfs => match fs.statfs(req, node) {
                 Ok(st) => reply_ok(w, unique, Kstatfs::from(st).as_slice()),
                 Err(e) => reply_io_error(w, unique, &e),
             },
-            Op::Readlink => match fs.readlink(ctx, node) {
+            Op::Readlink => match fs.readlink(req, node) {
                 Ok(target) => reply_ok(w, unique, &target),
                 Err(e) => reply_io_error(w, unique, &e),
             },
             Op::Symlink => {
                 let (name, target) = b.two_names()?;
-                entry(w, unique, fs.symlink(ctx, target, node, name))
+                entry(w, unique, fs.symlink(req, target, node, name))
             }
             Op::Mknod => {
                 let a: MknodIn = b.obj()?;
@@ -282,12 +278,12 @@ impl<F: ServedFs> Server<F> {
                 entry(
                     w,
                     unique,
-                    fs.mknod(ctx, node, name, a.mode, a.rdev, a.umask),
+                    fs.mknod(req, node, name, a.mode, a.rdev, a.umask),
                 )
             }
             Op::Link => {
                 let a: LinkIn = b.obj()?;
-                entry(w, unique, fs.link(ctx, a.oldnodeid, node, b.name()?))
+                entry(w, unique, fs.link(req, a.oldnodeid, node, b.name()?))
             }
             Op::Rename | Op::Rename2 => {
                 let (newdir, flags) = if hdr.opcode == Opcode::Rename as u32 {
@@ -300,24 +296,24 @@ impl<F: ServedFs> Server<F> {
                     (a.newdir, a.flags & KNOWN)
                 };
                 let (old, new) = b.two_names()?;
-                done(w, unique, fs.rename(ctx, node, old, newdir, new, flags))
+                done(w, unique, fs.rename(req, node, old, newdir, new, flags))
             }
-            Op::Removexattr => done(w, unique, fs.removexattr(ctx, node, b.name()?)),
+            Op::Removexattr => done(w, unique, fs.removexattr(req, node, b.name()?)),
             Op::Destroy => {
                 fs.destroy();
                 reply_ok(w, unique, &[])
             }
-            Op::Getlk => self.getlk(ctx, hdr, b, w),
-            Op::Setlk => self.setlk(ctx, hdr, b, w),
+            Op::Getlk => self.getlk(req, hdr, b, w),
+            Op::Setlk => self.setlk(req, hdr, b, w),
             Op::Interrupt => self.interrupt(b),
             Op::Syncfs => {
                 let _: SyncfsIn = b.obj()?;
-                done(w, unique, fs.syncfs(ctx, node))
+                done(w, unique, fs.syncfs(req, node))
             }
-            Op::CopyFileRange => self.copy_file_range(ctx, hdr, b, w),
-            Op::Ioctl => self.ioctl(ctx, hdr, b, w),
-            Op::Setxattr => self.setxattr(ctx, hdr, b, w),
-            Op::Tmpfile => self.tmpfile(ctx, hdr, b, w),
+            Op::CopyFileRange => self.copy_file_range(req, hdr, b, w),
+            Op::Ioctl => self.ioctl(req, hdr, b, w),
+            Op::Setxattr => self.setxattr(req, hdr, b, w),
+            Op::Tmpfile => self.tmpfile(req, hdr, b, w),
             // Served before a body is copied (`server.rs`): never routed here.
             Op::Init | Op::Read | Op::Write | Op::Unsupported => {
                 super::reply::reply_errno(w, unique, libc::ENOSYS)
@@ -330,7 +326,7 @@ impl<F: ServedFs> Server<F> {
     fn listing<B: BitmapSlice>(
         &self,
         plus: bool,
-        ctx: &Context,
+        req: &Request<'_, F::View>,
         hdr: &InHeader,
         arg: &ReadIn,
         w: &mut Cursor<'_, '_, B>,
@@ -344,7 +340,7 @@ impl<F: ServedFs> Server<F> {
         let max = arg.size as usize;
         let res = if plus {
             self.fs.readdirplus(
-                ctx,
+                req,
                 hdr.nodeid,
                 arg.fh,
                 arg.size,
@@ -353,7 +349,7 @@ impl<F: ServedFs> Server<F> {
             )
         } else {
             self.fs
-                .readdir(ctx, hdr.nodeid, arg.fh, arg.size, arg.offset, &mut |d| {
+                .readdir(req, hdr.nodeid, arg.fh, arg.size, arg.offset, &mut |d| {
                     dirent(&mut data, &mut written, max, &d, None)
                 })
         };

@@ -20,15 +20,14 @@ use log::{debug, error, warn};
 use vm_memory::bitmap::BitmapSlice;
 
 use super::buf::{Cursor, Remaining};
-use super::filesystem::ServedFs;
+use super::filesystem::{Request, ServedFs};
 use super::init::{self, Negotiated};
 use super::io::{self as request_io, ReadJob};
 use super::opcode::{self, Op};
 use super::reply::{reply_errno, reply_io_error, RequestError};
+use super::secctx::{self, SecContext};
 use super::transport::{Plain, Transport};
 use super::waiters::Waiters;
-use crate::fs::secctx;
-use crate::fs::ViewScope;
 use crate::sys::abi::fuse::SECURITY_CTX;
 
 /// The largest request accepted other than a WRITE (1 MiB of data plus a 4 KiB header, as
@@ -106,7 +105,7 @@ impl<F: ServedFs> Server<F> {
     }
 
     /// Ends the requests that wait without bound (lock waits), because the transport stops
-    /// (see [`crate::fs::own::Cancel::RingStop`]). Whether there were any.
+    /// (see [`super::Cancel::RingStop`]). Whether there were any.
     pub fn stop_waits(&self) -> bool {
         let n = self.waiters.stop_all();
         if n > 0 {
@@ -182,7 +181,6 @@ impl<F: ServedFs> Server<F> {
             hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
         );
         let result = catch_unwind(AssertUnwindSafe(|| {
-            let view = self.fs.begin_request();
             let mut w = w.clone();
             match info.op {
                 Op::Unsupported if !info.replies => Ok(0),
@@ -192,7 +190,7 @@ impl<F: ServedFs> Server<F> {
                 _ if w.available() < info.min_reply => {
                     reply_errno(&mut w, hdr.unique, libc::EINVAL)
                 }
-                Op::Read => self.read(hdr, r, w, &view, t),
+                Op::Read => self.read(hdr, r, w, t),
                 Op::Write => self.write(hdr, r, w),
                 op => self.serve_copied(op, info.replies, hdr, r, w, t.max_pages()),
             }
@@ -233,11 +231,9 @@ impl<F: ServedFs> Server<F> {
         self.serve(&hdr, r, Cursor::new(&writable), &Plain(max_pages))
     }
 
-    /// The caller of `hdr` as the filesystem sees it (remapped where it remaps ids).
+    /// The caller of `hdr` (the filesystem maps its ids).
     fn caller(&self, hdr: &InHeader) -> io::Result<Context> {
-        let mut ctx = Context::from(hdr);
-        self.fs.id_remap(&mut ctx)?;
-        Ok(ctx)
+        Ok(Context::from(hdr))
     }
 
     /// READ: its arguments from `r`, its data filled by the transport straight behind the
@@ -247,7 +243,6 @@ impl<F: ServedFs> Server<F> {
         hdr: &InHeader,
         r: Cursor<'_, '_, B>,
         mut w: Cursor<'_, '_, B>,
-        view: &Option<ViewScope>,
         t: &T,
     ) -> Result<usize, RequestError> {
         let ctx = match self.caller(hdr) {
@@ -255,14 +250,19 @@ impl<F: ServedFs> Server<F> {
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
         let max_read = self.limits().max_read(self.page_size);
+        let view = self.fs.view();
         request_io::read(hdr, r, w, max_read, |arg, owner, data| {
             let job = ReadJob {
                 fs: &self.fs,
-                ctx,
+                req: Request {
+                    unique: hdr.unique,
+                    ctx,
+                    secctx: None,
+                    view: &view,
+                },
                 nodeid: hdr.nodeid,
                 arg: *arg,
                 owner,
-                view,
             };
             t.fill_read(&job, data)
         })
@@ -275,10 +275,18 @@ impl<F: ServedFs> Server<F> {
         r: Cursor<'_, '_, B>,
         mut w: Cursor<'_, '_, B>,
     ) -> Result<usize, RequestError> {
-        match self.caller(hdr) {
-            Ok(ctx) => request_io::write(&*self.fs, &ctx, hdr, r, w, self.limits().max_write),
-            Err(e) => reply_io_error(&mut w, hdr.unique, &e),
-        }
+        let ctx = match self.caller(hdr) {
+            Ok(ctx) => ctx,
+            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
+        };
+        let view = self.fs.view();
+        let req = Request {
+            unique: hdr.unique,
+            ctx,
+            secctx: None,
+            view: &view,
+        };
+        request_io::write(&*self.fs, &req, hdr, r, w, self.limits().max_write)
     }
 
     /// Serves `op` from a private copy of the request's body (on the stack unless large),
@@ -314,7 +322,14 @@ impl<F: ServedFs> Server<F> {
             Err(_) if !replies => return Ok(0),
             Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
         };
-        secctx::scoped(ext, || self.route(op, &ctx, &hdr, &body, &mut w))
+        let view = self.fs.view();
+        let req = Request {
+            unique: hdr.unique,
+            ctx,
+            secctx: ext.as_ref(),
+            view: &view,
+        };
+        self.route(op, &req, &hdr, &body, &mut w)
     }
 
     /// Checks the length the header `hdr` declares against the request (`r` is past the
@@ -327,7 +342,7 @@ impl<F: ServedFs> Server<F> {
         &self,
         hdr: &InHeader,
         r: &mut Cursor<'_, '_, B>,
-    ) -> io::Result<(InHeader, Option<secctx::SecContext>)> {
+    ) -> io::Result<(InHeader, Option<SecContext>)> {
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
         let mut hdr = *hdr;
         let body_len = (hdr.len as usize)

@@ -1,13 +1,13 @@
 //! Requests that may wait without bound (SETLKW), by FUSE unique id, so that FUSE_INTERRUPT
 //! and the end of a session can cancel them. A waiter registers; an interrupt marks it, and
-//! the caller then wakes the filesystem's waits (`OwnOps::wake_waits`), which look at the mark
+//! the caller then wakes the filesystem's waits (`Filesystem::wake_waits`), which look at the mark
 //! under their own lock, so a wake can never fall between a look and a sleep.
 
 use crate::sync::LockRecover;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::fs::own::Cancel;
+use super::filesystem::Cancel;
 use std::sync::{Arc, Mutex};
 
 /// The waiting requests.

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use fuse_backend_rs::api::filesystem::FileSystem;
+use crate::fuse::ServedFs;
 use log::{debug, info, warn};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
@@ -58,7 +58,7 @@ impl Default for VirtioFsConfig {
 
 /// The virtio-fs vhost-user backend: one high-priority queue plus `num_request_queues` request
 /// queues, each served by its own event-loop thread.
-pub struct FsBackend<F: FileSystem + Send + Sync> {
+pub struct FsBackend<F: ServedFs> {
     dispatcher: Arc<Dispatcher<F>>,
     num_request_queues: u16,
     /// Shared with `release`.
@@ -88,7 +88,7 @@ pub struct FsBackend<F: FileSystem + Send + Sync> {
 
 impl<F> FsBackend<F>
 where
-    F: crate::fuse::ServedFs,
+    F: ServedFs,
 {
     /// Builds the backend; `thread_pool_size == 0` serves requests on the queue threads.
     pub fn new(
@@ -414,7 +414,7 @@ fn complete(vring: &Vring, head: u16, len: u32, event_idx: bool) {
 
 /// The rings start again on this daemon after its device state was saved: the session did
 /// not move, so the host locks let go for the next daemon are taken again.
-fn resume<F: crate::fuse::ServedFs>(d: &Dispatcher<F>) {
+fn resume<F: ServedFs>(d: &Dispatcher<F>) {
     let lost = d.fs.retake_host_locks();
     if lost == 0 {
         info!("rings started again after the device state was saved: the guest's locks are held again");
@@ -425,7 +425,7 @@ fn resume<F: crate::fuse::ServedFs>(d: &Dispatcher<F>) {
 
 impl<F> VhostUserBackend for FsBackend<F>
 where
-    F: crate::fuse::ServedFs,
+    F: ServedFs,
 {
     type Bitmap = Logged;
     type Vring = Vring;

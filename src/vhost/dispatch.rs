@@ -20,7 +20,7 @@ use crate::fuse::{self, Cursor, Negotiated, ReadJob, ServedFs, Server};
 
 /// Turns descriptor chains into FUSE replies for one filesystem. Shared by all queue threads
 /// and workers.
-pub struct Dispatcher<F> {
+pub struct Dispatcher<F: ServedFs> {
     server: Server<F>,
     /// The filesystem served (the server's).
     pub(super) fs: Arc<F>,
@@ -66,7 +66,11 @@ pub(crate) enum Place {
 impl<F: ServedFs> Dispatcher<F> {
     /// Wraps `fs`; `max_pages` is the `--max-pages` ceiling (at most 1020).
     pub fn new(fs: F, max_pages: u16) -> Self {
-        let fs = Arc::new(fs);
+        Self::shared(Arc::new(fs), max_pages)
+    }
+
+    /// Serves `fs`, which the caller keeps a handle on too (tests, fuzzing).
+    pub fn shared(fs: Arc<F>, max_pages: u16) -> Self {
         Dispatcher {
             server: Server::new(fs.clone(), max_pages),
             fs,
@@ -110,7 +114,7 @@ impl<F: ServedFs> Dispatcher<F> {
     }
 
     /// Ends the requests that wait without bound (lock waits), because the rings stop (see
-    /// [`crate::fs::own::Cancel::RingStop`]). Whether there were any.
+    /// [`crate::fuse::Cancel::RingStop`]). Whether there were any.
     pub fn stop_waits(&self) -> bool {
         self.server.stop_waits()
     }

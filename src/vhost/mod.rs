@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 
-use fuse_backend_rs::api::filesystem::FileSystem;
+use crate::fuse::ServedFs;
 use log::{info, warn};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -219,7 +219,7 @@ pub fn capabilities_json() -> &'static str {
 }
 
 /// A bound vhost-user virtio-fs device, ready to serve one frontend connection.
-pub struct Daemon<F: FileSystem + Send + Sync> {
+pub struct Daemon<F: ServedFs> {
     backend: Arc<FsBackend<F>>,
     /// The filesystem served (the dispatcher's), for the host's control interface.
     fs: Arc<F>,
@@ -390,7 +390,7 @@ impl Bound {
     /// Starts the worker pool for `fs`: ready to [`Daemon::run`].
     pub fn start<F>(self, fs: F) -> Result<Daemon<F>, Error>
     where
-        F: crate::fuse::ServedFs,
+        F: ServedFs,
     {
         let cfg = &self.cfg;
         let dispatcher = Dispatcher::new(fs, cfg.max_pages)
@@ -431,7 +431,7 @@ pub struct ControlSocket {
 
 impl<F> Daemon<F>
 where
-    F: crate::fuse::ServedFs,
+    F: ServedFs,
 {
     /// Binds the socket (or adopts `--fd`) and starts the worker pool for `fs`.
     pub fn new(cfg: &DaemonConfig, fs: F) -> Result<Self, Error> {
@@ -638,7 +638,7 @@ fn serve_upgrades(upgrades: &UnixListener, old: &dyn upgrade::Old) -> bool {
 
 /// The new daemon's side of an upgrade: loads the session, tells the handler what the
 /// front-end had set up, takes over and starts carrying the front-end's messages.
-fn take_over<F: crate::fuse::ServedFs>(
+fn take_over<F: ServedFs>(
     backend: &FsBackend<F>,
     rings: &[vring::FsVring],
     handed: upgrade::Received,
@@ -690,7 +690,7 @@ fn take_over<F: crate::fuse::ServedFs>(
 }
 
 /// The old daemon, as an upgrade sees it.
-struct OldSide<F: crate::fuse::ServedFs> {
+struct OldSide<F: ServedFs> {
     backend: Arc<FsBackend<F>>,
     rings: Vec<vring::FsVring>,
     tap: Arc<OnceLock<Arc<tap::Tap>>>,
@@ -700,7 +700,7 @@ struct OldSide<F: crate::fuse::ServedFs> {
     pid_file: Option<std::fs::File>,
 }
 
-impl<F: crate::fuse::ServedFs> upgrade::Old for OldSide<F> {
+impl<F: ServedFs> upgrade::Old for OldSide<F> {
     fn tap(&self) -> Option<Arc<tap::Tap>> {
         self.tap.get().cloned()
     }

@@ -83,7 +83,7 @@ impl ChainMemory for Loaded {
 impl ChainMemory for &GuestMemoryMmap<Logged> {}
 
 /// What the serving thread and the workers share for one split READ.
-struct Shared<F> {
+struct Shared<F: ServedFs> {
     read: OwnedRead<F>,
     /// The reply's data area in guest memory, in order (`read.arg.size` bytes).
     spans: Vec<(GuestAddress, usize)>,
@@ -130,11 +130,9 @@ impl<F: ServedFs> Shared<F> {
         }
     }
 
-    /// A worker's part: pieces until none is left, each mapped from `held`. The worker
-    /// pins the view of the branches the READ's request pinned, not the current one: a
-    /// branch edit while the READ runs cannot serve its pieces from different branch sets.
+    /// A worker's part: pieces until none is left, each mapped from `held`, each served with
+    /// the view of the branches the READ's request pinned ([`OwnedRead::fill`]).
     fn help(&self, held: &dyn HeldMemory) {
-        let _view = self.read.enter();
         loop {
             let i = self.next.fetch_add(1, Ordering::AcqRel);
             if i >= self.count {
@@ -235,8 +233,9 @@ fn merge(results: impl Iterator<Item = io::Result<usize>>, piece: usize) -> io::
 mod tests {
     use super::*;
     use crate::fs::{FsConfig, UnionFs, ROOT_ID};
+    use crate::fuse::{Filesystem, Request};
     use fuse_backend_rs::abi::fuse_abi::ReadIn;
-    use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+    use fuse_backend_rs::api::filesystem::Context;
     use vm_memory::Bytes;
 
     struct Owned(GuestMemoryMmap<Logged>);
@@ -267,10 +266,16 @@ mod tests {
             .unwrap(),
         );
         let ctx = Context::new();
-        let node = fs.lookup(&ctx, ROOT_ID, c"f").unwrap().inode;
-        let (fh, _, _) = fs.open(&ctx, node, libc::O_RDONLY as u32, 0).unwrap();
         // The request begins: its view is pinned. Then the host changes the options.
-        let scope = fs.pin_view();
+        let view = fs.view();
+        let req = Request {
+            unique: 1,
+            ctx,
+            secctx: None,
+            view: &view,
+        };
+        let node = fs.lookup(&req, ROOT_ID, c"f").unwrap().inode;
+        let (fh, _, _) = fs.open(&req, node, libc::O_RDONLY as u32, 0).unwrap();
         fs.update_options(|o| {
             o.nullrw = true;
             Ok(())
@@ -283,7 +288,7 @@ mod tests {
         };
         let mem = GuestMemoryMmap::<Logged>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
         let shared = Arc::new(Shared {
-            read: OwnedRead::new(fs.clone(), ctx, node, arg, None, Some(scope.share())),
+            read: OwnedRead::new(fs.clone(), 1, ctx, view.clone(), node, arg, None),
             spans: vec![(GuestAddress(0), size)],
             piece: MIN_PIECE,
             count: 2,
@@ -312,8 +317,7 @@ mod tests {
             "the worker read the file as the request's view says"
         );
         // A request that begins now sees the new options.
-        drop(scope);
-        assert!(fs.options().nullrw);
+        assert!(fs.view().opts.nullrw);
     }
 
     #[test]

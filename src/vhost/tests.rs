@@ -9,15 +9,14 @@ use std::sync::Mutex;
 use fuse_backend_rs::abi::fuse_abi::{
     FsOptions, InHeader, InitIn, InitOut, Opcode, OutHeader, ReadIn, WriteIn, WriteOut,
 };
-use fuse_backend_rs::api::filesystem::{
-    Context, Entry, FileSystem, ZeroCopyReader, ZeroCopyWriter,
-};
+use fuse_backend_rs::api::filesystem::{Entry, ZeroCopyReader, ZeroCopyWriter};
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::Dispatcher;
+use crate::fuse::Filesystem;
 
 const REQ_ADDR: u64 = 0x10_0000;
 const REPLY_ADDR: u64 = 0x80_0000;
@@ -29,18 +28,20 @@ struct FakeFs {
     written: Mutex<Vec<u8>>,
 }
 
-impl crate::fs::own::OwnOps for FakeFs {}
 impl crate::fs::session::Sessions for FakeFs {}
 
-impl FileSystem for FakeFs {
-    type Inode = u64;
-    type Handle = u64;
+type Req<'a, 'r> = crate::fuse::Req<'a, 'r, FakeFs>;
+
+impl Filesystem for FakeFs {
+    type View = ();
+
+    fn view(&self) {}
 
     fn init(&self, _capable: FsOptions) -> io::Result<FsOptions> {
         Ok(FsOptions::ASYNC_READ)
     }
 
-    fn lookup(&self, _ctx: &Context, _parent: u64, name: &CStr) -> io::Result<Entry> {
+    fn lookup(&self, _req: Req<'_, '_>, _parent: u64, name: &CStr) -> io::Result<Entry> {
         if name.to_bytes() == b"panic" {
             panic!("fake filesystem bug");
         }
@@ -49,7 +50,7 @@ impl FileSystem for FakeFs {
 
     fn read(
         &self,
-        _ctx: &Context,
+        _req: Req<'_, '_>,
         _inode: u64,
         _handle: u64,
         w: &mut dyn ZeroCopyWriter,
@@ -66,7 +67,7 @@ impl FileSystem for FakeFs {
 
     fn write(
         &self,
-        _ctx: &Context,
+        _req: Req<'_, '_>,
         _inode: u64,
         _handle: u64,
         r: &mut dyn ZeroCopyReader,

@@ -7,9 +7,9 @@
 
 use std::fs;
 
-use fuse_backend_rs::api::filesystem::FileSystem;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use testkit::alone;
+use testkit::calls::Calls;
 use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;
 

@@ -11,7 +11,7 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::calls::Calls;
 use testkit::errno::{self, errno_of};
 use testkit::fsharness::{c, chmod_as, create_file, ctx, read_file, union_with, walk};
 use testkit::tmpfs::Tmpfs;

@@ -11,8 +11,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
-use fuse_backend_rs::api::filesystem::{Context, FileSystem};
+use fuse_backend_rs::api::filesystem::Context;
 use testkit::alone;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use union_virtiofsd::fs::idmap::{IdMap, Kind};

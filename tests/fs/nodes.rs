@@ -4,11 +4,10 @@
 //! followed, open-unlinked files usable) and ESTALE, never another file, when the object is
 //! gone or replaced on the host. Real tmpfs branches, the `FileSystem` impl called directly.
 
-use fuse_backend_rs::api::filesystem::FileSystem;
 use testkit::alone;
+use testkit::calls::Calls;
 use testkit::fsharness::*;
 use testkit::tmpfs::Tmpfs;
-use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 
 const MODES: [&str; 3] = ["never", "prefer", "mandatory"];

@@ -7,7 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use fuse_backend_rs::abi::fuse_abi::OpenOptions;
-use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply};
+use fuse_backend_rs::api::filesystem::{GetxattrReply, ListxattrReply};
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use testkit::tmpfs::Tmpfs;

@@ -4,8 +4,8 @@
 use std::fs;
 use std::path::Path;
 
-use fuse_backend_rs::api::filesystem::FileSystem;
 use tempfile::TempDir;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;

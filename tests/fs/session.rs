@@ -6,11 +6,11 @@
 //! `guest-error` answers EIO for that file only.
 
 use fuse_backend_rs::abi::fuse_abi::FileLock;
-use fuse_backend_rs::api::filesystem::{DirEntry, FileSystem};
+use fuse_backend_rs::api::filesystem::DirEntry;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::{c, create_file, ctx, union, walk, VecWriter};
 use testkit::hostlocks;
-use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::session::{ExportOptions, FindBy, OnError, Sessions};
 use union_virtiofsd::fs::ROOT_ID;
 
@@ -23,7 +23,7 @@ fn opts(find_by: FindBy) -> ExportOptions {
     }
 }
 
-fn lock(fs: &impl OwnOps, inode: u64, fh: u64, owner: u64, flock: bool) -> std::io::Result<()> {
+fn lock(fs: &impl Calls, inode: u64, fh: u64, owner: u64, flock: bool) -> std::io::Result<()> {
     let lk = FileLock {
         start: 0,
         end: u64::MAX >> 1,
@@ -33,7 +33,7 @@ fn lock(fs: &impl OwnOps, inode: u64, fh: u64, owner: u64, flock: bool) -> std::
     fs.lock_set(&ctx(), inode, fh, owner, lk, flock, false, &|| None)
 }
 
-fn read_at(fs: &impl FileSystem<Inode = u64, Handle = u64>, inode: u64, fh: u64) -> Vec<u8> {
+fn read_at(fs: &impl Calls, inode: u64, fh: u64) -> Vec<u8> {
     let mut w = VecWriter::default();
     fs.read(&ctx(), inode, fh, &mut w, 4096, 0, None, 0)
         .unwrap();

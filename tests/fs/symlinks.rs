@@ -3,7 +3,7 @@
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
-use fuse_backend_rs::api::filesystem::FileSystem;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use union_virtiofsd::fs::ROOT_ID;

@@ -7,8 +7,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
 use fuse_backend_rs::abi::fuse_abi::{CreateIn, SetattrValid};
-use fuse_backend_rs::api::filesystem::{DirEntry, Entry, FileSystem};
+use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 use tempfile::TempDir;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::*;
 use testkit::tmpfs::Tmpfs;

@@ -16,15 +16,15 @@ use std::path::Path;
 use std::process::Command;
 
 use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
-use fuse_backend_rs::api::filesystem::{FileSystem, GetxattrReply, ListxattrReply};
+use fuse_backend_rs::api::filesystem::{GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
 use std::os::unix::fs::MetadataExt;
+use testkit::calls::Calls;
 use testkit::errno::errno_of;
 use testkit::fsharness::{c, ctx, walk};
 use testkit::guest::{Backend, Guest, Mode};
 use testkit::tmpfs::Tmpfs;
 use testkit::{fsharness, guest, tree};
-use union_virtiofsd::fs::own::OwnOps;
 use union_virtiofsd::fs::xattrmap::XattrMap;
 use union_virtiofsd::fs::{FsConfig, UnionFs};
 

@@ -5,10 +5,9 @@ use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+use crate::calls::Calls;
 use fuse_backend_rs::abi::fuse_abi::CreateIn;
-use fuse_backend_rs::api::filesystem::{
-    Context, DirEntry, Entry, FileSystem, ZeroCopyReader, ZeroCopyWriter,
-};
+use fuse_backend_rs::api::filesystem::{Context, DirEntry, Entry, ZeroCopyReader, ZeroCopyWriter};
 use fuse_backend_rs::file_traits::FileReadWriteVolatile;
 use union_virtiofsd::config::registry::Settings;
 use union_virtiofsd::fs::{FsConfig, UnionFs, ROOT_ID};

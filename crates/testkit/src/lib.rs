@@ -1,10 +1,11 @@
 //! Support code of union-virtiofsd's integration tests (tests/*/main.rs): the daemon as a
-//! process, the `FileSystem` harness, host trees and locks, the mergerfs comparison, and the
+//! process, the filesystem harness (each operation called as one request: `calls`), host trees and locks, the mergerfs comparison, and the
 //! real-guest and migration harnesses. Only tests and examples use it; it never ships.
 
 pub mod alone;
 pub mod bin;
 pub mod builds;
+pub mod calls;
 pub mod ctl;
 pub mod daemon;
 pub mod errno;

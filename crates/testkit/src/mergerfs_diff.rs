@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::calls::Calls;
 use fuse_backend_rs::abi::fuse_abi::SetattrValid;
-use fuse_backend_rs::api::filesystem::FileSystem;
 use tempfile::TempDir;
 use union_virtiofsd::fs::{UnionFs, ROOT_ID};
 

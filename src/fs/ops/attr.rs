@@ -11,11 +11,12 @@ use fuse_backend_rs::abi::fuse_abi::{stat64, SetattrValid};
 use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
+use crate::fs::call::Call;
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::ops::xattr::{clear_renamed_capability, clear_renamed_capability_through};
 use crate::fs::options::Func;
 use crate::fs::resolve::{split_parent, Found};
-use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, caps};
 use crate::union::ErrnoFold;
 
@@ -24,7 +25,7 @@ fn is_type(st: &stat64, t: u32) -> bool {
 }
 
 /// Attributes of `inode`, from its open handle when the guest names one.
-pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(stat64, Duration)> {
+pub fn getattr(fs: &Call<'_>, inode: u64, handle: Option<u64>) -> io::Result<(stat64, Duration)> {
     if let Some(fh) = handle {
         if let Ok(h) = fs.handles.file(fh, inode) {
             let st = beneath::stat_fd(h.as_file()?.fd.as_fd())?;
@@ -36,7 +37,7 @@ pub fn getattr(fs: &UnionFs, inode: u64, handle: Option<u64>) -> io::Result<(sta
 }
 
 /// The attributes the guest sees for `inode`, found as `f`.
-fn shown(fs: &UnionFs, inode: u64, f: &Found) -> stat64 {
+fn shown(fs: &Call<'_>, inode: u64, f: &Found) -> stat64 {
     // The common case (one node, one fstat) builds no path.
     let rel = if fs.attr_needs_path(&f.st) {
         fs.node_rel(inode)
@@ -55,7 +56,7 @@ fn shown(fs: &UnionFs, inode: u64, f: &Found) -> stat64 {
 /// and clears set-user/group-ID as it would for that caller (chown, chmod into a group the
 /// caller is not in, truncate).
 pub fn setattr(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     attr: stat64,
@@ -72,7 +73,7 @@ pub fn setattr(
             let _killpriv = (kill
                 && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
             .then(caps::without_fsetid);
-            clear_renamed_capability_through(&fs.view(), h.as_file()?)?;
+            clear_renamed_capability_through(fs.view(), h.as_file()?)?;
             fs.as_caller(ctx, &[], &[], Groups::OnRefusal, || {
                 Ok(rustix::fs::ftruncate(fd, attr.st_size as u64)?)
             })?;
@@ -116,7 +117,7 @@ pub fn setattr(
 }
 
 fn apply(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     f: &Found,
     rel: &CStr,
@@ -160,7 +161,7 @@ fn apply(
         })?;
         // Once the caller was allowed the change, as the kernel's chown clears the real name.
         if is_type(&f.st, libc::S_IFREG) {
-            clear_renamed_capability(&fs.view(), f.fd.as_fd())?;
+            clear_renamed_capability(fs.view(), f.fd.as_fd())?;
         }
     }
     if valid.contains(SetattrValid::SIZE) {
@@ -174,7 +175,7 @@ fn apply(
             let fd = beneath::reopen(f.fd.as_fd(), OFlags::WRONLY)?;
             Ok(rustix::fs::ftruncate(&fd, attr.st_size as u64)?)
         })?;
-        clear_renamed_capability(&fs.view(), f.fd.as_fd())?;
+        clear_renamed_capability(fs.view(), f.fd.as_fd())?;
     }
     let times = SetattrValid::ATIME
         | SetattrValid::MTIME
@@ -240,7 +241,7 @@ fn apply(
 }
 
 /// The target of symlink `inode`.
-pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
+pub fn readlink(fs: &Call<'_>, inode: u64) -> io::Result<Vec<u8>> {
     let f = fs.search_node(Func::Readlink, inode)?;
     let rel = fs.node_rel(inode);
     if fs.symlinkified(&f) {
@@ -253,7 +254,7 @@ pub fn readlink(fs: &UnionFs, inode: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Checks `mask` (R_OK/W_OK/X_OK) for the caller; W_OK on a copy on an RO branch is EROFS.
-pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
+pub fn access(fs: &Call<'_>, ctx: &Context, inode: u64, mask: u32) -> io::Result<()> {
     let f = fs.search_node(Func::Access, inode)?;
     if mask & libc::W_OK as u32 != 0 && fs.view().branches.is_ro(f.branch) {
         return Err(errno(libc::EROFS));
@@ -272,21 +273,11 @@ pub fn access(fs: &UnionFs, ctx: &Context, inode: u64, mask: u32) -> io::Result<
     })
 }
 
-/// What STATX adds to GETATTR: the birth time and the file attribute flags (`STATX_ATTR_*`)
-/// of the copy the getattr policy picks, read with statx(2) on its descriptor.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Extra {
-    /// Birth time (seconds, nanoseconds), when the host filesystem records it.
-    pub btime: Option<(i64, u32)>,
-    /// `stx_attributes`.
-    pub attributes: u64,
-    /// `stx_attributes_mask`.
-    pub attributes_mask: u64,
-}
+pub use crate::fuse::StatxExtra as Extra;
 
 /// Attributes of `inode` as [`getattr`] gives them, plus [`Extra`].
 pub fn statx(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     handle: Option<u64>,
 ) -> io::Result<(stat64, Duration, Extra)> {

@@ -6,8 +6,9 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use crate::fs::call::Call;
+use crate::fs::errno;
 use crate::fs::ops::xattr::clear_renamed_capability_through;
-use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::sys::caps;
 
@@ -20,7 +21,7 @@ const CHUNK: usize = 1 << 20;
 /// copied.
 #[allow(clippy::too_many_arguments)]
 pub fn copy_file_range(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode_in: u64,
     fh_in: u64,
     off_in: u64,
@@ -65,7 +66,7 @@ pub fn copy_file_range(
     let view = fs.view();
     let _killpriv =
         (view.opts.killpriv_v2 && caps::mode_has_privs(sout.st_mode)).then(caps::without_fsetid);
-    clear_renamed_capability_through(&view, hout.as_file()?)?;
+    clear_renamed_capability_through(view, hout.as_file()?)?;
     match crate::sys::file::copy_range(fin, off_in, fout, off_out, len) {
         Err(e)
             if matches!(

@@ -5,10 +5,11 @@
 //! With POSIX ACLs the guest leaves the umask to the daemon (FUSE_DONT_MASK): the entry is made
 //! under the caller's umask (the worker's own, `sys::thread`), so the host applies the parent's
 //! default ACL where there is one and the umask where there is none, exactly as the guest's
-//! kernel would. With security labels, the context the guest sent (`fs::secctx`) is set on the
+//! kernel would. With security labels, the context the guest sent (`fuse::secctx`) is set on the
 //! entry under a hidden name, which then becomes the entry's name (RENAME_NOREPLACE): no other
 //! process sees the entry unlabelled.
 
+use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -19,12 +20,12 @@ use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::ops::open::{host_open_flags, open};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, Found};
-use crate::fs::secctx::{self, SecContext};
-use crate::fs::{errno, UnionFs};
+use crate::fuse::SecContext;
 use crate::sys::thread::UmaskGuard;
 use crate::sys::{beneath, creds};
 use crate::union::ErrnoFold;
@@ -47,10 +48,10 @@ impl NewEntry {
 
     /// For a request that brought `umask`: the umask if POSIX ACLs are on, and the request's
     /// security context.
-    pub fn of_request(fs: &UnionFs, umask: u32) -> Self {
+    pub fn of_request(fs: &Call<'_>, umask: u32) -> Self {
         NewEntry {
             umask: fs.negotiated.posix_acl().then_some(umask),
-            label: secctx::current(),
+            label: fs.label().cloned(),
         }
     }
 }
@@ -59,7 +60,7 @@ impl NewEntry {
 /// `new`'s umask; a labelled entry is made under a hidden name, labelled with the daemon's
 /// ids (the guest's LSM chose the label, not the caller), and renamed into place.
 fn make_labelled<T>(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     dir: BorrowedFd<'_>,
     name: &CStr,
     new: &NewEntry,
@@ -98,7 +99,7 @@ fn make_labelled<T>(
 
 /// Validates the name and picks the branches: (path of the new entry, parent dir on each).
 fn prepare(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     func: Func,
     parent: u64,
     name: &CStr,
@@ -113,7 +114,7 @@ fn prepare(
 }
 
 /// Looks up what was just created on `branch` and hands the guest a node for it.
-fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
+fn finish(fs: &Call<'_>, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
     let f = fs.find_on(branch, rel).ok_or_else(|| errno(libc::ENOENT))?;
     fs.entry_for(parent, name, rel, &f, Rebind::Yes)
 }
@@ -123,7 +124,7 @@ fn finish(fs: &UnionFs, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> 
 /// was made.
 #[allow(clippy::too_many_arguments)]
 fn make_on_each(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     func: Func,
     parent: u64,
@@ -157,7 +158,7 @@ fn make_on_each(
 
 /// Creates directory `name` in `parent`.
 pub fn mkdir(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     parent: u64,
     name: &CStr,
@@ -172,7 +173,7 @@ pub fn mkdir(
 
 /// Creates symlink `name` → `target` in `parent`. The target is stored, never resolved on the host.
 pub fn symlink(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     target: &CStr,
     parent: u64,
@@ -191,7 +192,7 @@ pub fn symlink(
 /// privileged guest user can make a device node, as on a local filesystem). The daemon never
 /// opens what it makes here: OPEN accepts regular files only.
 pub fn mknod(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     parent: u64,
     name: &CStr,
@@ -216,7 +217,7 @@ pub fn mknod(
 /// Creates and opens regular file `name`. If it already exists (the guest's view was stale),
 /// O_EXCL gets EEXIST and otherwise the existing file is opened, as open(2) would.
 pub fn create(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     parent: u64,
     name: &CStr,
@@ -275,7 +276,7 @@ pub fn create(
 /// TMPFILE: an unnamed regular file (O_TMPFILE) in `parent`'s directory on the branch the
 /// create policy picks, made as the caller and opened; LINK may name it later.
 pub fn tmpfile(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     parent: u64,
     args: CreateIn,

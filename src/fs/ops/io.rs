@@ -7,9 +7,10 @@ use std::os::fd::AsFd;
 use fuse_backend_rs::api::filesystem::{Context, ZeroCopyReader, ZeroCopyWriter};
 use rustix::fs::{FallocateFlags, SeekFrom};
 
+use crate::fs::call::Call;
+use crate::fs::errno;
 use crate::fs::movefile::is_out_of_space;
 use crate::fs::ops::xattr::clear_renamed_capability_through;
-use crate::fs::{errno, UnionFs};
 use crate::sys::file::with_file;
 use crate::sys::{beneath, caps, creds};
 
@@ -19,7 +20,7 @@ const WRITE_KILL_PRIV: u32 = fuse_backend_rs::abi::fuse_abi::WRITE_KILL_PRIV;
 /// Reads up to `size` bytes at `offset` straight into the reply; short only at end of file (or
 /// if the guest's reply buffer is smaller).
 pub fn read(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     w: &mut dyn ZeroCopyWriter,
@@ -52,7 +53,7 @@ pub fn read(
 /// Writes the request's `size` bytes at `offset` straight from guest memory.
 #[allow(clippy::too_many_arguments)]
 pub fn write(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     fh: u64,
@@ -77,7 +78,7 @@ pub fn write(
     let _killpriv = (unprivileged
         && beneath::stat_fd(fd).is_ok_and(|st| caps::mode_has_privs(st.st_mode)))
     .then(caps::without_fsetid);
-    clear_renamed_capability_through(&view, h.as_file()?)?;
+    clear_renamed_capability_through(view, h.as_file()?)?;
     let mut done = 0usize;
     let mut moved = false;
     while done < size {
@@ -103,7 +104,7 @@ pub fn write(
 
 /// fallocate(2) on the open file.
 pub fn fallocate(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     mode: u32,
@@ -112,7 +113,7 @@ pub fn fallocate(
 ) -> io::Result<()> {
     let h = fs.handles.file(fh, inode)?;
     let flags = FallocateFlags::from_bits(mode).ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-    clear_renamed_capability_through(&fs.view(), h.as_file()?)?;
+    clear_renamed_capability_through(fs.view(), h.as_file()?)?;
     Ok(rustix::fs::fallocate(
         h.as_file()?.fd.as_fd(),
         flags,
@@ -122,7 +123,7 @@ pub fn fallocate(
 }
 
 /// lseek(2), as the guest uses it for SEEK_DATA and SEEK_HOLE.
-pub fn lseek(fs: &UnionFs, inode: u64, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
+pub fn lseek(fs: &Call<'_>, inode: u64, fh: u64, offset: u64, whence: u32) -> io::Result<u64> {
     let h = fs.handles.file(fh, inode)?;
     let pos = match whence as i32 {
         libc::SEEK_SET => SeekFrom::Start(offset),

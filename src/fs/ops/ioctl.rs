@@ -7,12 +7,12 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use crate::fs::UnionFs;
+use crate::fs::call::Call;
 use crate::sys::file::{inode_ioctl, ioc};
 
 /// Runs `cmd` on open file `fh` of `inode` with `input`; the `out_size` bytes to return.
 pub fn ioctl(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     cmd: u32,

@@ -4,6 +4,7 @@
 //! to the host path on the source's branch, or under `mountpoint`); the guest then gets the
 //! source's attributes with no caching, as mergerfs replies.
 
+use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -13,15 +14,15 @@ use fuse_backend_rs::api::filesystem::{Context, Entry};
 use rustix::fs::AtFlags;
 
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::options::{Func, LinkExdev};
 use crate::fs::resolve::{check_name, split_parent};
-use crate::fs::{errno, UnionFs};
 use crate::union::ErrnoFold;
 use std::os::fd::AsFd;
 
 /// Links `inode` as `newparent/newname`.
 pub fn link(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     newparent: u64,
@@ -61,7 +62,7 @@ pub fn link(
 
 /// Links on every branch the link policy selects; returns the first branch that succeeded.
 fn link_on_branches(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     old_rel: &CStr,
     new_parent: &CStr,
@@ -105,7 +106,7 @@ fn link_on_branches(
 
 /// The `link-exdev` fallback.
 fn exdev(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     old_rel: &CStr,
     new_parent: &CStr,
@@ -157,7 +158,7 @@ pub(crate) fn relative(target: &[u8], from: &[u8]) -> Vec<u8> {
 /// Names an unnamed node (O_TMPFILE) `newparent/newname` on its own branch, through its
 /// descriptor; EXDEV when that branch lacks the new parent.
 fn link_unnamed(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     newparent: u64,

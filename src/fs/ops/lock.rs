@@ -32,6 +32,7 @@
 //! saved and the destination takes them again (`Locks::release_host`, `Locks::import`);
 //! should the rings start again on the source, it takes them back (`Locks::retake_host`).
 
+use crate::fs::call::Call;
 use crate::sync::LockRecover;
 use std::collections::HashMap;
 use std::io;
@@ -44,8 +45,7 @@ use rustix::fs::OFlags;
 
 use crate::fs::errno;
 use crate::fs::lockstate::{LockState, Shared, Span, WaitId};
-use crate::fs::own::Cancel;
-use crate::fs::UnionFs;
+use crate::fuse::Cancel;
 use crate::sys::beneath;
 use crate::sys::lock::{self, Kind, Range};
 
@@ -164,7 +164,7 @@ fn fuse_end(s: Span) -> u64 {
 /// The description carrying `owner`'s locks on `inode`, opened from handle `fh` the first time
 /// (read-write where the host allows, else with the handle's own access mode).
 fn owner_fd<'a>(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     g: &'a mut Inner,
     inode: u64,
     fh: u64,
@@ -185,7 +185,7 @@ fn owner_fd<'a>(
 /// GETLK: the first lock that would conflict with `lk` for `owner` (type F_UNLCK if none).
 /// A lock of another guest process reports that process; one held outside the guest (a host
 /// process, another guest) reports pid 0, since host pids mean nothing to the guest.
-pub fn getlk(fs: &UnionFs, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io::Result<FileLock> {
+pub fn getlk(fs: &Call<'_>, inode: u64, fh: u64, owner: u64, lk: FileLock) -> io::Result<FileLock> {
     let Some(want) = kind(lk.type_)? else {
         return Err(errno(libc::EINVAL));
     };
@@ -252,7 +252,7 @@ enum Tried {
 }
 
 /// One non-blocking attempt on the host, and the table updated to match.
-fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
+fn try_once(fs: &Call<'_>, g: &mut Inner, req: &Request) -> io::Result<Tried> {
     let blocked = |by| Ok(Tried::Blocked { by });
     if req.flock {
         let h = fs.handles.file(req.fh, req.inode)?;
@@ -296,14 +296,14 @@ fn try_once(fs: &UnionFs, g: &mut Inner, req: &Request) -> io::Result<Tried> {
 /// canceller calls [`Locks::wake`]).
 #[allow(clippy::too_many_arguments)]
 pub fn setlk(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     owner: u64,
     lk: FileLock,
     flock: bool,
     wait: bool,
-    cancelled: &dyn Fn() -> Option<crate::fs::own::Cancel>,
+    cancelled: &dyn Fn() -> Option<Cancel>,
 ) -> io::Result<()> {
     let req = Request {
         inode,
@@ -389,11 +389,11 @@ fn left(bound: Duration, since: Instant) -> Option<Duration> {
 
 /// One try of a SETLK/SETLKW and what follows from it.
 fn step(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     g: &mut Inner,
     req: &Request,
     wait: bool,
-    cancelled: &dyn Fn() -> Option<crate::fs::own::Cancel>,
+    cancelled: &dyn Fn() -> Option<Cancel>,
     w: &mut Waiting,
 ) -> Step {
     let answer = |e| Step::Answer(Err(errno(e)));
@@ -459,7 +459,7 @@ fn step(
 
 /// FLUSH or RELEASE by `owner`: POSIX says closing any descriptor of a file releases all of
 /// the closing process's locks on it. The owner's waits on the file end too.
-pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
+pub fn release_owner(fs: &Call<'_>, inode: u64, owner: u64) {
     let mut g = fs.locks.lock();
     g.fds.remove(&(inode, owner));
     g.state.drop_posix_owner(inode, owner);
@@ -474,7 +474,7 @@ pub fn release_owner(fs: &UnionFs, inode: u64, owner: u64) {
 /// close (see [`LockState::release_handle`]). When no open handle of the node is left, no
 /// guest lock on it can be either (each needs an open description), so every owner left on
 /// the node goes too: those a session image brought carry no handle.
-pub fn release_handle(fs: &UnionFs, inode: u64, fh: u64) {
+pub fn release_handle(fs: &Call<'_>, inode: u64, fh: u64) {
     let mut g = fs.locks.lock();
     let mut changed = false;
     if g.state.flock_held(inode, fh).is_some() {
@@ -511,7 +511,7 @@ enum Retake {
 
 /// A description for `owner`'s POSIX locks on `inode`, opened from the node's object:
 /// read-write where the host allows, else with the access the locks need.
-fn description(fs: &UnionFs, inode: u64, write: bool) -> io::Result<OwnedFd> {
+fn description(fs: &Call<'_>, inode: u64, write: bool) -> io::Result<OwnedFd> {
     let (_, fd) = fs.node_fd(inode)?.ok_or_else(|| errno(libc::EINVAL))?;
     if beneath::stat_fd(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(errno(libc::EINVAL));
@@ -557,7 +557,7 @@ impl Locks {
     /// Lets go of every host lock and keeps the table: the session is moving to another
     /// daemon, which takes them again (on this host, it could not while they are held here).
     /// How many locks were let go.
-    pub fn release_host(&self, fs: &UnionFs) -> usize {
+    pub fn release_host(&self, fs: &Call<'_>) -> usize {
         let mut g = self.lock();
         g.fds.clear();
         for (inode, fh, _, _) in g.state.flock_all() {
@@ -572,7 +572,7 @@ impl Locks {
 
     /// Takes the table's locks on the host again after [`Locks::release_host`] (the move did
     /// not happen). A lock someone else took meanwhile is lost, and logged. How many were.
-    pub fn retake_host(&self, fs: &UnionFs) -> usize {
+    pub fn retake_host(&self, fs: &Call<'_>) -> usize {
         let mut g = self.lock();
         let mut todo: Vec<Retake> = g
             .state
@@ -599,7 +599,7 @@ impl Locks {
 
     /// Takes the locks of a session image on the host and records them (the table must be
     /// empty). What could not be taken, each as a message.
-    pub fn import(&self, fs: &UnionFs, locks: &[crate::fs::session::LockImage]) -> Vec<String> {
+    pub fn import(&self, fs: &Call<'_>, locks: &[crate::fs::session::LockImage]) -> Vec<String> {
         use crate::fs::lockstate::Held;
         use crate::fs::session::LockImage;
         let kind = |w: bool| if w { Shared::Write } else { Shared::Read };
@@ -637,7 +637,7 @@ impl Locks {
 
 /// Takes each lock of `todo` on the host without waiting and records it in the table; what
 /// could not be taken, as messages.
-fn take_all(fs: &UnionFs, g: &mut Inner, todo: Vec<Retake>) -> Vec<String> {
+fn take_all(fs: &Call<'_>, g: &mut Inner, todo: Vec<Retake>) -> Vec<String> {
     let mut failed = Vec::new();
     for t in todo {
         let r = match &t {

@@ -7,14 +7,14 @@ use std::io;
 
 use fuse_backend_rs::api::filesystem::Entry;
 
+use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
-use crate::fs::UnionFs;
 use crate::sys::abi::zeroed_stat;
 
 /// Looks up `name` in `parent`; ENOENT (or a negative entry) if no branch has it.
-pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
+pub fn lookup(fs: &Call<'_>, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
     match fs.search(Func::Getattr, &rel) {

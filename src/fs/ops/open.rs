@@ -9,13 +9,14 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::OFlags;
 
+use crate::fs::call::Call;
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::movefile::copy_to_temp;
 use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::options::{CacheFiles, Func};
 use crate::fs::resolve::{split_parent, Found};
-use crate::fs::{errno, UnionFs};
 use crate::sys::{beneath, caps};
 
 /// `open_flags` bit: a truncating open by a guest caller without CAP_FSETID.
@@ -43,7 +44,7 @@ pub fn guest_open_flags(flags: u32, preserve_noatime: bool) -> OFlags {
 /// page cache reads through any handle (a partial page is read before it is written), and
 /// O_APPEND dropped, because the guest then computes every write's offset itself (a host
 /// O_APPEND would move each one to the host's end of file).
-pub fn host_open_flags(fs: &UnionFs, flags: u32) -> OFlags {
+pub fn host_open_flags(fs: &Call<'_>, flags: u32) -> OFlags {
     let mut f = guest_open_flags(flags, fs.view().opts.preserve_noatime);
     if fs.writeback_active() {
         if f & OFlags::RWMODE == OFlags::WRONLY {
@@ -61,7 +62,7 @@ fn wants_write(flags: OFlags) -> bool {
 /// The FOPEN flags for an open of `inode` whose host attributes are `st`: page-cache policy
 /// from `direct-io` and `cache.files` (`auto-full` keeps the cache while mtime and size are
 /// unchanged since the previous open).
-pub(crate) fn open_options(fs: &UnionFs, inode: u64, st: &libc::stat64) -> OpenOptions {
+pub(crate) fn open_options(fs: &Call<'_>, inode: u64, st: &libc::stat64) -> OpenOptions {
     let o = &fs.view().opts;
     if o.direct_io {
         return OpenOptions::DIRECT_IO;
@@ -83,7 +84,7 @@ pub(crate) fn open_options(fs: &UnionFs, inode: u64, st: &libc::stat64) -> OpenO
 
 /// Opens `inode` on the branch the search policy finds it on.
 pub fn open(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     flags: u32,
@@ -135,7 +136,7 @@ pub fn open(
         }
     };
     if flags.contains(OFlags::TRUNC) {
-        clear_renamed_capability(&fs.view(), fd.as_fd())?;
+        clear_renamed_capability(fs.view(), fd.as_fd())?;
     }
     let opts = open_options(fs, inode, &f.st);
     let fh = fs.new_handle(Handle::File(FileHandle {
@@ -149,7 +150,7 @@ pub fn open(
 
 /// `link_cow`: replaces the hard-linked file at `rel` with its own full copy, so a write
 /// through this name leaves the other links untouched.
-fn break_link(fs: &UnionFs, f: &Found, rel: &CStr) -> io::Result<()> {
+fn break_link(fs: &Call<'_>, f: &Found, rel: &CStr) -> io::Result<()> {
     let (parent, name) = split_parent(rel);
     let dir = fs.dir_on(f.branch, &parent)?;
     let tmp = copy_to_temp(&f.fd, &f.st, &dir, "link_cow")?;
@@ -162,7 +163,7 @@ fn break_link(fs: &UnionFs, f: &Found, rel: &CStr) -> io::Result<()> {
 
 /// Closes handle `fh` of `inode`; with `dropcacheonclose` the host page cache of the file is
 /// dropped first.
-pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+pub fn release(fs: &Call<'_>, inode: u64, fh: u64) -> io::Result<()> {
     if fs.handles.remove_lost(fh, inode) {
         return Ok(());
     }
@@ -177,12 +178,12 @@ pub fn release(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
 }
 
 /// Nothing is buffered in the daemon, so a flush only checks the handle.
-pub fn flush(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+pub fn flush(fs: &Call<'_>, inode: u64, fh: u64) -> io::Result<()> {
     fs.handles.file(fh, inode).map(drop)
 }
 
 /// fsync/fdatasync of the open file.
-pub fn fsync(fs: &UnionFs, inode: u64, datasync: bool, fh: u64) -> io::Result<()> {
+pub fn fsync(fs: &Call<'_>, inode: u64, datasync: bool, fh: u64) -> io::Result<()> {
     let h = fs.handles.file(fh, inode)?;
     let fd = h.as_file()?.fd.as_fd();
     if datasync {

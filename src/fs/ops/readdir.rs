@@ -2,6 +2,7 @@
 //! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
 //! handle (at offset 0) so offsets stay stable while the guest pages through it.
 
+use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
 use crate::sync::LockRecover;
 use std::collections::HashSet;
@@ -13,15 +14,15 @@ use std::sync::Arc;
 use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
+use crate::fs::errno;
 use crate::fs::handle::{DirHandle, Handle};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
 use crate::fs::resolve::{ino_for, join, split_parent};
-use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 
 /// Opens directory `inode`.
-pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
+pub fn opendir(fs: &Call<'_>, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
     let f = fs.search_node(Func::Getattr, inode)?;
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
@@ -42,7 +43,7 @@ pub fn opendir(fs: &UnionFs, inode: u64) -> io::Result<(Option<u64>, OpenOptions
 
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
 /// it, and its number is computed as getattr would (the search policy also takes the first).
-fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
+fn snapshot(fs: &Call<'_>, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
     let calc = fs.view().opts.inodecalc;
     let parent = if rel.to_bytes() == b"." {
         rel.to_owned()
@@ -119,7 +120,7 @@ fn snapshot(fs: &UnionFs, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
 
 /// The handle's listing, (re)built when the guest starts from offset 0.
 fn listing(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     offset: u64,
@@ -154,7 +155,7 @@ fn offset_index(offset: u64) -> usize {
 
 /// Lists entries from `offset` until the guest's buffer is full.
 pub fn readdir(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     offset: u64,
@@ -171,7 +172,7 @@ pub fn readdir(
 
 /// Like [`readdir`], with each entry looked up (one guest reference per entry the guest takes).
 pub fn readdirplus(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     inode: u64,
     fh: u64,
     offset: u64,
@@ -225,7 +226,7 @@ pub fn readdirplus(
 }
 
 /// Closes directory handle `fh`.
-pub fn releasedir(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
+pub fn releasedir(fs: &Call<'_>, inode: u64, fh: u64) -> io::Result<()> {
     match &*fs.handles.get(fh)? {
         Handle::Dir(d) if d.inode == inode => fs.handles.remove(fh).map(drop),
         Handle::Lost { inode: i } if *i == inode => fs.handles.remove(fh).map(drop),
@@ -234,7 +235,7 @@ pub fn releasedir(fs: &UnionFs, inode: u64, fh: u64) -> io::Result<()> {
 }
 
 /// Nothing to flush for a merged directory beyond checking the handle.
-pub fn fsyncdir(fs: &UnionFs, inode: u64, _datasync: bool, fh: u64) -> io::Result<()> {
+pub fn fsyncdir(fs: &Call<'_>, inode: u64, _datasync: bool, fh: u64) -> io::Result<()> {
     match &*fs.handles.get(fh)? {
         Handle::Dir(d) if d.inode == inode => Ok(()),
         Handle::Lost { inode: i } if *i == inode => Err(errno(libc::EIO)),

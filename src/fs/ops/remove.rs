@@ -6,17 +6,18 @@ use std::io;
 
 use rustix::fs::AtFlags;
 
+use crate::fs::call::Call;
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::options::Func;
 use crate::fs::resolve::check_name;
-use crate::fs::{errno, UnionFs};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
 use fuse_backend_rs::api::filesystem::Context;
 use std::os::fd::AsFd;
 
 /// Removes `name` from `parent`: a directory when `dir`, otherwise any non-directory.
-pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
+pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
     check_name(name)?;
     let parent_rel = fs.inodes.path(parent)?;
     let rel = crate::fs::resolve::join(parent_rel.to_bytes(), name.to_bytes());
@@ -56,7 +57,7 @@ pub fn remove(fs: &UnionFs, ctx: &Context, parent: u64, name: &CStr, dir: bool) 
 /// Copy-on-write removal: the copies on RW branches go (a directory's whiteouts first), and a
 /// whiteout hides what an RO branch still has.
 fn cow_remove(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     parent: u64,
     name: &CStr,
@@ -107,7 +108,7 @@ fn cow_remove(
     Ok(())
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// ENOTEMPTY if directory `rel` has an entry on any branch: the union shows it, so
     /// removing the directory (or renaming over it) must fail as a nonempty directory does,
     /// even where the copy on one branch is empty.

@@ -13,10 +13,11 @@ use fuse_backend_rs::api::filesystem::Context;
 use rustix::fs::{AtFlags, Mode, RenameFlags};
 use std::os::fd::AsFd;
 
+use crate::fs::call::Call;
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::options::{Func, RenameExdev};
 use crate::fs::resolve::{check_name, split_parent, Found};
-use crate::fs::{errno, UnionFs};
 use crate::union::ErrnoFold;
 
 /// The hidden directory where `rename-exdev` symlink modes park moved sources.
@@ -36,7 +37,7 @@ struct Names<'a> {
 
 /// Renames `olddir/oldname` to `newdir/newname` with renameat2 `flags`.
 pub fn rename(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     olddir: u64,
     oldname: &CStr,
@@ -85,7 +86,7 @@ pub fn rename(
 
 /// The renames of [`rename`] on the branches, and the node table brought in step.
 fn rename_names(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     n: &Names<'_>,
     flags: RenameFlags,
     (olddir, oldname): (u64, &CStr),
@@ -138,7 +139,7 @@ fn rename_names(
 /// source are the daemon's own, so the caller's permission to remove the source from its
 /// directory and to put the destination in its own is checked first, on the directories the
 /// guest sees.
-fn cow_permitted(fs: &UnionFs, n: &Names) -> io::Result<()> {
+fn cow_permitted(fs: &Call<'_>, n: &Names) -> io::Result<()> {
     fs.may_remove_from(n.ctx, &n.old_parent, || {
         Ok(fs.search(Func::Getattr, &n.old_rel)?.st.st_uid)
     })?;
@@ -153,7 +154,7 @@ fn cow_permitted(fs: &UnionFs, n: &Names) -> io::Result<()> {
 /// and made opaque (its lower entries would otherwise stay behind), so the rename never
 /// answers EXDEV. A whiteout at the destination on an RW branch goes (a directory cannot
 /// replace it).
-fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
+fn cow_prepare(fs: &Call<'_>, n: &Names) -> io::Result<()> {
     let src = fs.search(Func::Getattr, &n.old_rel)?;
     if src.st.st_mode & libc::S_IFMT == libc::S_IFDIR && fs.lower_has(&n.old_rel) {
         fs.copy_up_tree(&n.old_rel)?;
@@ -173,7 +174,7 @@ fn cow_prepare(fs: &UnionFs, n: &Names) -> io::Result<()> {
 
 /// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
 /// As the caller, who may lack the permission.
-fn remove_on(fs: &UnionFs, ctx: &Context, branch: usize, rel: &CStr) {
+fn remove_on(fs: &Call<'_>, ctx: &Context, branch: usize, rel: &CStr) {
     if fs.view().branches.is_ro(branch) {
         return;
     }
@@ -195,7 +196,7 @@ fn remove_on(fs: &UnionFs, ctx: &Context, branch: usize, rel: &CStr) {
     }
 }
 
-fn rename_on(fs: &UnionFs, branch: usize, n: &Names, flags: RenameFlags) -> io::Result<()> {
+fn rename_on(fs: &Call<'_>, branch: usize, n: &Names, flags: RenameFlags) -> io::Result<()> {
     let od = fs.dir_on(branch, &n.old_parent)?;
     let nd = fs.dir_on(branch, &n.new_parent)?;
     let dirs = [od.as_fd(), nd.as_fd()];
@@ -206,7 +207,7 @@ fn rename_on(fs: &UnionFs, branch: usize, n: &Names, flags: RenameFlags) -> io::
     })
 }
 
-fn holders(fs: &UnionFs, rel: &CStr) -> io::Result<Vec<usize>> {
+fn holders(fs: &Call<'_>, rel: &CStr) -> io::Result<Vec<usize>> {
     Ok(fs
         .action(Func::Rename, rel)?
         .iter()
@@ -215,7 +216,7 @@ fn holders(fs: &UnionFs, rel: &CStr) -> io::Result<Vec<usize>> {
 }
 
 /// mergerfs's rename for path-preserving create policies.
-fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
+fn preserve_path(fs: &Call<'_>, n: &Names) -> io::Result<()> {
     let old = holders(fs, &n.old_rel)?;
     let mut remove = Vec::new();
     let mut success = false;
@@ -246,7 +247,7 @@ fn preserve_path(fs: &UnionFs, n: &Names) -> io::Result<()> {
 /// mergerfs's rename for create policies that clone paths: a missing destination directory is
 /// cloned from where the getattr policy finds it, then the rename is retried.
 /// `moved` says whether any branch renamed, also when the answer is an error.
-fn create_path(fs: &UnionFs, n: &Names, moved: &mut bool) -> io::Result<()> {
+fn create_path(fs: &Call<'_>, n: &Names, moved: &mut bool) -> io::Result<()> {
     let old = holders(fs, &n.old_rel)?;
     let from = fs.search(Func::Getattr, &n.new_parent)?.branch;
     let mut remove = Vec::new();
@@ -275,7 +276,7 @@ fn create_path(fs: &UnionFs, n: &Names, moved: &mut bool) -> io::Result<()> {
 }
 
 /// What `rename-exdev` does when the rename could not stay on its branches.
-fn exdev(fs: &UnionFs, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> {
+fn exdev(fs: &Call<'_>, ctx: &Context, n: &Names, newdir: u64) -> io::Result<()> {
     let target = match &fs.view().opts.rename_exdev {
         RenameExdev::Passthrough => return Err(errno(libc::EXDEV)),
         RenameExdev::RelSymlink => {
@@ -315,7 +316,7 @@ fn parked(rel: &CStr) -> CString {
     CString::new(v).expect("no NUL")
 }
 
-fn ensure_dir(fs: &UnionFs, b: usize, parent: &CStr, name: &[u8], mode: u32) -> io::Result<()> {
+fn ensure_dir(fs: &Call<'_>, b: usize, parent: &CStr, name: &[u8], mode: u32) -> io::Result<()> {
     let d = fs.dir_on(b, parent)?;
     match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
@@ -325,7 +326,7 @@ fn ensure_dir(fs: &UnionFs, b: usize, parent: &CStr, name: &[u8], mode: u32) -> 
 
 /// Moves the source into `.mergerfs_rename_exdev/<old path>` on branch `b`, mirroring its
 /// parent directories there with their modes.
-fn park_on(fs: &UnionFs, b: usize, n: &Names) -> io::Result<()> {
+fn park_on(fs: &Call<'_>, b: usize, n: &Names) -> io::Result<()> {
     ensure_dir(fs, b, c".", EXDEV_DIR.as_bytes(), 0o1777)?;
     if n.old_parent.to_bytes() != b"." {
         let mut done: Vec<u8> = Vec::new();
@@ -356,7 +357,7 @@ fn park_on(fs: &UnionFs, b: usize, n: &Names) -> io::Result<()> {
 }
 
 /// Parks the source on every branch holding it; all or nothing (EXDEV if any fails).
-fn park(fs: &UnionFs, n: &Names) -> io::Result<Vec<usize>> {
+fn park(fs: &Call<'_>, n: &Names) -> io::Result<Vec<usize>> {
     let mut done = Vec::new();
     for b in holders(fs, &n.old_rel)? {
         if let Err(e) = park_on(fs, b, n) {
@@ -373,7 +374,7 @@ fn park(fs: &UnionFs, n: &Names) -> io::Result<Vec<usize>> {
 }
 
 /// Undoes [`park`] on the branches listed.
-fn unpark(fs: &UnionFs, n: &Names, branches: &[usize]) {
+fn unpark(fs: &Call<'_>, n: &Names, branches: &[usize]) {
     for &b in branches {
         if let (Ok(pd), Ok(od)) = (
             fs.dir_on(b, &parked(&n.old_parent)),
@@ -389,7 +390,7 @@ fn unpark(fs: &UnionFs, n: &Names, branches: &[usize]) {
 /// every branch. WHITEOUT leaves an overlayfs whiteout (a 0/0 character device, made by the
 /// host kernel) at the old name on each of those branches, as a guest's overlayfs with its
 /// upper layer on this share expects.
-fn rename_flagged(fs: &UnionFs, n: &Names, flags: RenameFlags) -> io::Result<()> {
+fn rename_flagged(fs: &Call<'_>, n: &Names, flags: RenameFlags) -> io::Result<()> {
     if flags.contains(RenameFlags::NOREPLACE) && fs.exists_anywhere(&n.new_rel) {
         return Err(errno(libc::EEXIST));
     }

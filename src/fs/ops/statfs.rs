@@ -10,13 +10,13 @@ use std::os::fd::AsFd;
 use fuse_backend_rs::abi::fuse_abi::statvfs64;
 use rustix::fs::StatVfsMountFlags;
 
+use crate::fs::call::Call;
 use crate::fs::options::{StatfsIgnore, StatfsMode};
-use crate::fs::UnionFs;
 use crate::sys::abi::zeroed_statvfs;
 use crate::union::BranchMode;
 
 /// Summed capacity, in units of the first counted branch's fragment size.
-pub fn statfs(fs: &UnionFs, inode: u64) -> io::Result<statvfs64> {
+pub fn statfs(fs: &Call<'_>, inode: u64) -> io::Result<statvfs64> {
     let rel = fs.inodes.path(inode)?;
     let view = fs.view();
     let opts = &view.opts;

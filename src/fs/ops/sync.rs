@@ -5,12 +5,12 @@ use std::os::fd::AsFd;
 
 use rustix::fs::OFlags;
 
-use crate::fs::UnionFs;
+use crate::fs::call::Call;
 use crate::sys::beneath;
 
 /// syncfs on each distinct filesystem under a branch that may be written (RW or NC); the
 /// first error is reported after all were tried.
-pub fn syncfs(fs: &UnionFs) -> io::Result<()> {
+pub fn syncfs(fs: &Call<'_>) -> io::Result<()> {
     let mut done: Vec<u64> = Vec::new();
     let mut first_err = None;
     for (b, root) in fs.view().branches.roots() {

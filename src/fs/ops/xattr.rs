@@ -17,13 +17,14 @@ use std::os::fd::{AsFd, BorrowedFd};
 use fuse_backend_rs::api::filesystem::{Context, GetxattrReply, ListxattrReply};
 use rustix::fs::XattrFlags;
 
+use crate::fs::call::Call;
 use crate::fs::caller::Groups;
+use crate::fs::errno;
 use crate::fs::handle::FileHandle;
 use crate::fs::options::{Func, XattrMode};
 use crate::fs::resolve::Found;
 use crate::fs::view::View;
 use crate::fs::xattrmap::ClientName;
-use crate::fs::{errno, UnionFs};
 use crate::sys::abi::fuse::SETXATTR_ACL_KILL_SGID;
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
@@ -33,7 +34,7 @@ use crate::union::ErrnoFold;
 const XATTR_MAX: u32 = 65536;
 
 /// What the configured `xattr=` mode answers instead of passing through, if anything.
-fn mode_answer(fs: &UnionFs, noattr: i32) -> io::Result<()> {
+fn mode_answer(fs: &Call<'_>, noattr: i32) -> io::Result<()> {
     match fs.view().opts.xattr {
         XattrMode::Passthrough => Ok(()),
         XattrMode::Noattr => Err(errno(noattr)),
@@ -45,7 +46,7 @@ fn target(f: &Found) -> io::Result<beneath::ProcPath> {
     Ok(beneath::proc_path(f.fd.as_fd()))
 }
 
-fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
+fn found(fs: &Call<'_>, func: Func, inode: u64) -> io::Result<Found> {
     fs.search_node(func, inode)
 }
 
@@ -53,7 +54,7 @@ fn found(fs: &UnionFs, func: Func, inode: u64) -> io::Result<Found> {
 /// the errno it is refused with: `refused` for a `bad` rule (virtiofsd answers EPERM, but
 /// ENODATA to a read), ENOTSUP for an `unsupported` one.
 pub(crate) fn host_name<'a>(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     name: &'a CStr,
     refused: i32,
 ) -> io::Result<Cow<'a, CStr>> {
@@ -98,7 +99,7 @@ pub(crate) fn clear_renamed_capability_through(view: &View, h: &FileHandle) -> i
 }
 
 /// Value of `name` (or its size when `size` is 0).
-pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<GetxattrReply> {
+pub fn getxattr(fs: &Call<'_>, inode: u64, name: &CStr, size: u32) -> io::Result<GetxattrReply> {
     mode_answer(fs, libc::ENODATA)?;
     if fs.view().opts.path_queries {
         if let Some(what) = name.to_bytes().strip_prefix(b"user.mergerfs.") {
@@ -124,7 +125,7 @@ pub fn getxattr(fs: &UnionFs, inode: u64, name: &CStr, size: u32) -> io::Result<
 
 /// mergerfs's per-file queries as the guest reads them (`path-queries=true`): where the
 /// node's file lives on the host, each value as mergerfs gives it (`allpaths` NUL-separated).
-fn path_query(fs: &UnionFs, inode: u64, what: &[u8], size: u32) -> io::Result<GetxattrReply> {
+fn path_query(fs: &Call<'_>, inode: u64, what: &[u8], size: u32) -> io::Result<GetxattrReply> {
     let what = match what {
         b"basepath" => "basepath",
         b"relpath" => "relpath",
@@ -147,7 +148,7 @@ fn path_query(fs: &UnionFs, inode: u64, what: &[u8], size: u32) -> io::Result<Ge
 }
 
 /// NUL-separated names (or their total size when `size` is 0).
-pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrReply> {
+pub fn listxattr(fs: &Call<'_>, inode: u64, size: u32) -> io::Result<ListxattrReply> {
     if let Err(e) = mode_answer(fs, 0) {
         return match e.raw_os_error() {
             Some(0) if size == 0 => Ok(ListxattrReply::Count(0)),
@@ -184,7 +185,7 @@ pub fn listxattr(fs: &UnionFs, inode: u64, size: u32) -> io::Result<ListxattrRep
 /// Applies `op` to every copy the action policy selects, as the caller, with the host name
 /// of the guest's `name` (a name `--xattrmap` refuses answers EPERM or ENOTSUP).
 fn each_copy(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     func: Func,
     inode: u64,
@@ -218,7 +219,7 @@ fn is_acl(name: &CStr) -> bool {
 /// kernel checks mode bits only and refuses ACL xattrs itself, and one that sends them anyway
 /// is refused too (set without the guest's word on set-group-ID, the host could keep a bit
 /// the guest's kernel would have cleared).
-fn refuse_acl(fs: &UnionFs, name: &CStr) -> io::Result<()> {
+fn refuse_acl(fs: &Call<'_>, name: &CStr) -> io::Result<()> {
     if is_acl(name) && !fs.negotiated.posix_acl() {
         return Err(errno(libc::EOPNOTSUPP));
     }
@@ -230,7 +231,7 @@ fn refuse_acl(fs: &UnionFs, name: &CStr) -> io::Result<()> {
 /// would for a member), and set-group-ID is then cleared where the guest's kernel says a
 /// caller outside the group set it (`FUSE_SETXATTR_ACL_KILL_SGID`).
 pub fn setxattr(
-    fs: &UnionFs,
+    fs: &Call<'_>,
     ctx: &Context,
     inode: u64,
     name: &CStr,
@@ -269,7 +270,7 @@ pub fn setxattr(
 }
 
 /// Removes `name` from every writable copy.
-pub fn removexattr(fs: &UnionFs, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
+pub fn removexattr(fs: &Call<'_>, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
     refuse_acl(fs, name)?;
     each_copy(
         fs,

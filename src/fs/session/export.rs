@@ -11,16 +11,16 @@ use super::{
     CopiedUpImage, EntryImage, ExportOptions, FindBy, HandleImage, Locate, NodeImage, OpenImage,
     SessionImage,
 };
+use crate::fs::call::Call;
 use crate::fs::handle::Handle;
 use crate::fs::inode::{NodeRecord, ROOT_ID};
-use crate::fs::UnionFs;
 use crate::sync::LockRecover;
 use crate::sys::beneath;
 use crate::sys::handle::{self, FileHandle};
 
-impl UnionFs {
+impl Call<'_> {
     /// The session as it stands (the rings stopped: nothing changes it meanwhile).
-    pub fn export_session(&self, opts: ExportOptions) -> SessionImage {
+    pub(crate) fn export_session(&self, opts: ExportOptions) -> SessionImage {
         let (records, next_node) = self.inodes.records();
         // By branch id (a node names its branch by id; the image by position in branch order).
         let mounts: Vec<Option<i32>> = (0..self.view().branches.id_bound())

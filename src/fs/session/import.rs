@@ -17,10 +17,10 @@ use rustix::fs::OFlags;
 
 use super::{Locate, NodeImage, OnError, OpenImage, SessionImage};
 use crate::fs::branches::HandleMount;
+use crate::fs::call::Call;
 use crate::fs::handle::{DirHandle, FileHandle as OpenFile, Handle};
 use crate::fs::inode::{NodeRecord, ROOT_ID};
 use crate::fs::readdir_snapshot::Listing;
-use crate::fs::UnionFs;
 use crate::sync::LockRecover;
 use crate::sys::beneath;
 use crate::sys::handle::{self, FileHandle};
@@ -125,10 +125,10 @@ fn valid_name(name: &[u8]) -> bool {
     !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
 }
 
-impl UnionFs {
+impl Call<'_> {
     /// Makes `img` this daemon's session (replacing any), as `on_error` says for what cannot
     /// be found again. On error nothing of it stays (no node, handle or lock).
-    pub fn import_session(
+    pub(crate) fn import_session(
         &self,
         img: SessionImage,
         on_error: OnError,
@@ -158,10 +158,10 @@ impl UnionFs {
                 });
             }
         }
-        fuse_backend_rs::api::filesystem::FileSystem::destroy(self);
+        crate::fuse::Filesystem::destroy(self.fs());
         let r = self.import_parts(img, on_error);
         if r.is_err() {
-            fuse_backend_rs::api::filesystem::FileSystem::destroy(self);
+            crate::fuse::Filesystem::destroy(self.fs());
         }
         r
     }

@@ -1,7 +1,7 @@
 //! The guest's session as plain data, for migration, snapshots and upgrades: every node the
 //! guest holds, every open file and directory, every lock, the copy-on-write state. The
-//! source exports it ([`UnionFs::export_session`]); the destination, over the same branches,
-//! finds every object again and takes the locks again ([`UnionFs::import_session`]). No
+//! source exports it (`Call::export_session`); the destination, over the same branches,
+//! finds every object again and takes the locks again (`Call::import_session`). No
 //! file data moves. `vhost::state` puts it on the wire with its version; this module does
 //! no I/O of its own beyond finding objects again. These types are never serialized
 //! themselves: `vhost::state` converts them to and from its frozen versions (`v1.rs`,
@@ -262,18 +262,18 @@ pub trait Sessions {
 
 impl Sessions for UnionFs {
     fn export(&self, opts: ExportOptions) -> SessionImage {
-        self.export_session(opts)
+        self.call(&self.now(), None).export_session(opts)
     }
 
     fn import(&self, img: SessionImage, on_error: OnError) -> Result<Imported, ImportError> {
-        self.import_session(img, on_error)
+        self.call(&self.now(), None).import_session(img, on_error)
     }
 
     fn release_host_locks(&self) -> usize {
-        self.locks.release_host(self)
+        self.locks.release_host(&self.call(&self.now(), None))
     }
 
     fn retake_host_locks(&self) -> usize {
-        self.locks.retake_host(self)
+        self.locks.retake_host(&self.call(&self.now(), None))
     }
 }

@@ -1,14 +1,10 @@
 //! Security contexts of new objects (FUSE_SECURITY_CTX): the guest kernel's LSM names a context
 //! for each object it creates (mkdir, mknod, symlink, create, tmpfile) and sends it as a
-//! request extension after the request's own arguments. The dispatcher parses it here (a pure
-//! function of guest bytes, checked field by field), holds it for the one request that carries
-//! it ([`scoped`]), and the create operations take it ([`current`]) and set it on the new host
-//! object before the object gets its name (`ops::create`).
-//!
-//! fuse-backend-rs cannot pass anything beyond its `Context` to a filesystem, so the context
-//! travels beside the call in a thread-local that lives exactly as long as the request.
+//! request extension after the request's own arguments. The server parses it here (a pure
+//! function of guest bytes, checked field by field) and hands it to the filesystem in the
+//! request ([`super::Request::secctx`]); the create operations set it on the new host object
+//! before the object gets its name (`fs/ops/create.rs`).
 
-use std::cell::RefCell;
 use std::ffi::CString;
 
 use vm_memory::ByteValued;
@@ -99,24 +95,6 @@ fn parse_contexts(n: u32, body: &[u8]) -> Result<Option<SecContext>, ExtError> {
     }))
 }
 
-thread_local! {
-    static CURRENT: RefCell<Option<SecContext>> = const { RefCell::new(None) };
-}
-
-/// Runs `f` (one request) with `ctx` as the context its create takes; anything left untaken
-/// goes with the request.
-pub fn scoped<T>(ctx: Option<SecContext>, f: impl FnOnce() -> T) -> T {
-    CURRENT.with(|c| *c.borrow_mut() = ctx);
-    let out = f();
-    CURRENT.with(|c| c.borrow_mut().take());
-    out
-}
-
-/// The current request's security context (once).
-pub fn current() -> Option<SecContext> {
-    CURRENT.with(|c| c.borrow_mut().take())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,19 +158,5 @@ mod tests {
         padded[0..4].copy_from_slice(&(good.len() as u32 + 8).to_ne_bytes());
         padded.extend_from_slice(&[0; 8]);
         assert_eq!(parse(&padded), Err(ExtError::Malformed));
-    }
-
-    #[test]
-    fn the_context_lives_for_one_request() {
-        let c = SecContext {
-            name: CString::new("security.selinux").unwrap(),
-            value: b"x".to_vec(),
-        };
-        scoped(Some(c.clone()), || {
-            assert_eq!(current(), Some(c.clone()));
-            assert_eq!(current(), None);
-        });
-        scoped(Some(c), || ());
-        assert_eq!(current(), None);
     }
 }
