@@ -2,9 +2,9 @@
 //! guest holds, every open file and directory, every lock, the copy-on-write state. The
 //! source exports it (`Call::export_session`); the destination, over the same branches,
 //! finds every object again and takes the locks again (`Call::import_session`). No
-//! file data moves. `vhost::state` puts it on the wire with its version; this module does
+//! file data moves. `fuse::state` puts it on the wire with its version; this module does
 //! no I/O of its own beyond finding objects again. These types are never serialized
-//! themselves: `vhost::state` converts them to and from its frozen versions (`v1.rs`,
+//! themselves: `fuse::state` converts them to and from its frozen versions (`v1.rs`,
 //! `v2.rs`), so a field added here needs a new version there (the conversions name every
 //! field and fail to compile until it has one).
 //!
