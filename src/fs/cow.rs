@@ -24,8 +24,8 @@ use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::caller::Groups;
 use super::errno;
+use super::found::{present, split_parent, Found};
 use super::options::Func;
-use super::resolve::{present, split_parent, Found};
 use crate::sys::beneath;
 use fuse_backend_rs::api::filesystem::Context;
 
@@ -260,7 +260,7 @@ impl Call<'_> {
                 if names.contains(&name) {
                     continue;
                 }
-                let child = super::resolve::join(rel.to_bytes(), name.to_bytes());
+                let child = super::found::join(rel.to_bytes(), name.to_bytes());
                 if self.exists_anywhere(&child) {
                     names.push(name);
                 }
@@ -279,7 +279,7 @@ impl Call<'_> {
             self.copy_up(rel, &f)?;
         }
         for name in self.visible_children(rel)? {
-            let child = super::resolve::join(rel.to_bytes(), name.to_bytes());
+            let child = super::found::join(rel.to_bytes(), name.to_bytes());
             let cf = self.search(Func::Getattr, &child)?;
             if cf.st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 self.copy_up_tree(&child)?;

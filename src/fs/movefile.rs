@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 
 use super::errno;
+use super::found::split_parent;
 use super::handle::FileHandle;
-use super::resolve::split_parent;
 use crate::sys::{beneath, file::replace_fd};
 use crate::union::policy::Category;
 use crate::union::BranchMode;
@@ -39,7 +39,7 @@ impl Call<'_> {
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);
         // The current branch must not be chosen again: present it as read-only to the policy.
-        let probe = super::resolve::OpeningProbe::new(self, &parent);
+        let probe = super::probe::OpeningProbe::new(self, &parent);
         let mut infos = probe.infos().to_vec();
         if let Some(pos) = probe.position(from) {
             infos[pos].mode = BranchMode::RO;

@@ -1,8 +1,7 @@
 //! Finding entries on branches: runs the category's policy with a probe that opens paths
-//! beneath each branch root (caching what it opened, so the chosen branch is not opened twice),
-//! and turns host attributes into the union's (stable inode numbers unique across branches).
+//! beneath each branch root (`probe.rs`), and turns host attributes into the union's (stable
+//! inode numbers unique across branches).
 
-use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,196 +12,13 @@ use fuse_backend_rs::api::filesystem::Entry;
 
 use super::branches::Root;
 use super::errno;
+pub(crate) use super::found::{check_name, join, present, split_parent, Found, Founds};
 pub(crate) use super::ino::ino_for;
 use super::inode::Rebind;
+use super::probe::OpeningProbe;
 use crate::fs::call::Call;
 use crate::fs::options::{FollowSymlinks, Func, InodeCalc};
 use crate::sys::beneath;
-use crate::union::policy::Space;
-use crate::union::Probe;
-
-/// The copies a policy chose (usually one, kept inline).
-pub(crate) type Founds = smallvec::SmallVec<[Found; 1]>;
-
-/// What a lookup found on one branch.
-pub(crate) struct Found {
-    /// The branch index.
-    pub branch: usize,
-    /// `O_PATH` descriptor of the entry (never followed if it is a symlink); shared with the
-    /// node it was found for, which keeps it while the guest holds the node.
-    pub fd: Arc<OwnedFd>,
-    /// Its host attributes.
-    pub st: stat64,
-}
-
-/// A probe over the real branches that remembers what it opened for one path.
-pub(crate) struct OpeningProbe<'a> {
-    fs: Call<'a>,
-    /// The request's view: the policies' branch positions are its branch order.
-    view: &'a super::view::View,
-    rel: &'a CStr,
-    cache: RefCell<smallvec::SmallVec<[Option<Option<Found>>; 4]>>,
-    /// The first failure that was not "no such entry" (EMFILE, ENOMEM, EIO…): a probe that
-    /// hit it must not report the entry missing.
-    error: RefCell<Option<io::Error>>,
-}
-
-impl<'a> OpeningProbe<'a> {
-    pub(crate) fn new(fs: &Call<'a>, rel: &'a CStr) -> Self {
-        let (fs, view) = (*fs, fs.view());
-        let cache = RefCell::new(view.branches.indices().map(|_| None).collect());
-        OpeningProbe {
-            fs,
-            view,
-            rel,
-            cache,
-            error: RefCell::new(None),
-        }
-    }
-
-    /// Keeps `r`'s error if it is a real failure; answers whether something was found.
-    fn note<T>(&self, r: io::Result<Option<T>>) -> Option<T> {
-        match r {
-            Ok(v) => v,
-            Err(e) => {
-                self.error.borrow_mut().get_or_insert(e);
-                None
-            }
-        }
-    }
-
-    /// What is at the probe's path on the branch at `pos` in branch order.
-    pub(crate) fn open(&self, pos: usize) -> Option<Found> {
-        self.note(self.fs.lookup_on(self.id(pos), self.rel))
-    }
-
-    /// The id of the branch at `pos` in branch order.
-    pub(crate) fn id(&self, pos: usize) -> usize {
-        self.view.branches.id_at(pos)
-    }
-
-    /// Where branch `id` stands in the probe's branch order.
-    pub(crate) fn position(&self, id: usize) -> Option<usize> {
-        self.view.branches.position(id)
-    }
-
-    /// Mode and floor of each branch, in the probe's branch order.
-    pub(crate) fn infos(&self) -> &[crate::union::policy::BranchInfo] {
-        self.view.branches.infos()
-    }
-
-    fn take(&self, pos: usize) -> io::Result<Found> {
-        let cached = self.cache.borrow_mut()[pos].take().flatten();
-        match cached.or_else(|| self.open(pos)) {
-            Some(f) => Ok(f),
-            None => Err(self.failure(errno(libc::ENOENT))),
-        }
-    }
-
-    /// `e`, unless it is ENOENT and a real failure was seen: then that failure.
-    pub(crate) fn failure(&self, e: io::Error) -> io::Error {
-        if e.raw_os_error() == Some(libc::ENOENT) {
-            if let Some(real) = self.error.borrow_mut().take() {
-                return real;
-            }
-        }
-        e
-    }
-}
-
-/// `r` as "found or not", keeping real failures as errors.
-pub(crate) fn present<T>(r: io::Result<T>) -> io::Result<Option<T>> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if is_absent(&e) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether an error resolving a path means only "there is no such entry on this branch".
-fn is_absent(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV | libc::ENAMETOOLONG)
-    )
-}
-
-impl Probe for OpeningProbe<'_> {
-    fn space(&self, branch: usize) -> Option<Space> {
-        let st = rustix::fs::fstatvfs(self.fs.root(self.id(branch)).ok()?.as_fd()).ok()?;
-        Some(Space {
-            avail: st.f_bavail.saturating_mul(st.f_frsize),
-            total: st.f_blocks.saturating_mul(st.f_frsize),
-            readonly: st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY),
-        })
-    }
-
-    fn mtime(&self, branch: usize, rel: &[u8]) -> Option<i64> {
-        let st = if rel == self.rel.to_bytes() && self.exists(branch, rel) {
-            self.cache.borrow()[branch].as_ref()?.as_ref()?.st
-        } else {
-            let r = CString::new(rel).ok()?;
-            let fd = self.note(present(self.fs.open_on(self.id(branch), &r)))?;
-            beneath::stat_fd(fd.as_fd()).ok()?
-        };
-        Some(st.st_mtime)
-    }
-
-    fn random(&self, bound: u64) -> u64 {
-        fastrand::u64(0..bound.max(1))
-    }
-
-    fn exists(&self, branch: usize, rel: &[u8]) -> bool {
-        if rel != self.rel.to_bytes() {
-            let Ok(r) = CString::new(rel) else {
-                return false;
-            };
-            return self
-                .note(present(self.fs.open_on(self.id(branch), &r)))
-                .is_some();
-        }
-        let mut cache = self.cache.borrow_mut();
-        cache[branch]
-            .get_or_insert_with(|| self.open(branch))
-            .is_some()
-    }
-}
-
-/// Rejects names the guest must never send: empty, `.`, `..`, containing `/`, or too long.
-pub(crate) fn check_name(name: &CStr) -> io::Result<()> {
-    let b = name.to_bytes();
-    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
-        return Err(errno(libc::EINVAL));
-    }
-    if b.len() > 255 {
-        return Err(errno(libc::ENAMETOOLONG));
-    }
-    Ok(())
-}
-
-/// The union path of `name` in directory `dir` (`.` is the root).
-pub(crate) fn join(dir: &[u8], name: &[u8]) -> CString {
-    // Room for the separator and the NUL `CString::new` adds: no reallocation.
-    let mut v = Vec::with_capacity(dir.len() + 2 + name.len());
-    if dir != b"." {
-        v.extend_from_slice(dir);
-        v.push(b'/');
-    }
-    v.extend_from_slice(name);
-    CString::new(v).expect("names never contain NUL")
-}
-
-/// Splits `a/b/c` into (`a/b`, `c`); a top-level name has parent `.`.
-pub(crate) fn split_parent(rel: &CStr) -> (CString, CString) {
-    let b = rel.to_bytes();
-    match b.iter().rposition(|&c| c == b'/') {
-        Some(i) => (
-            CString::new(&b[..i]).expect("no NUL"),
-            CString::new(&b[i + 1..]).expect("no NUL"),
-        ),
-        None => (c".".to_owned(), rel.to_owned()),
-    }
-}
 
 impl Call<'_> {
     /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
