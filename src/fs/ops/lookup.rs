@@ -1,23 +1,28 @@
 //! LOOKUP: find a name in a directory with the getattr policy and hand the guest a node for it.
 //! With `cache.negative-entry` set, a missing name is answered with a negative entry the guest
-//! may cache for that long instead of ENOENT.
+//! may cache for that long instead of ENOENT. Under a first-found search policy the lookup
+//! memo (`fs/lookup_memo.rs`, which holds the trust rules) says where to look, so a name
+//! costs one probe however many branches the union has; this file probes and fills it.
 
 use std::ffi::CStr;
 use std::io;
+use std::sync::Arc;
 
 use fuse_backend_rs::api::filesystem::Entry;
 
 use crate::fs::inode::Rebind;
+use crate::fs::lookup_memo::{Hint, Positions, Windows};
 use crate::fs::options::Func;
-use crate::fs::resolve::check_name;
-use crate::fs::UnionFs;
+use crate::fs::resolve::{check_name, present, Found};
+use crate::fs::view::View;
+use crate::fs::{errno, UnionFs};
 use crate::sys::abi::zeroed_stat;
 
 /// Looks up `name` in `parent`; ENOENT (or a negative entry) if no branch has it.
 pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
-    match fs.search(Func::Getattr, &rel) {
+    match search_child(fs, Func::Getattr, parent, name, &rel) {
         Ok(found) => fs.entry_for(parent, name, &rel, &found, Rebind::Yes),
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT)
@@ -34,4 +39,103 @@ pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The memo's trust windows under `view`'s options.
+pub(crate) fn windows(view: &View) -> Windows {
+    Windows {
+        found: view.opts.cache_entry,
+        missing: view.opts.cache_negative_entry,
+    }
+}
+
+/// Whether `func`'s search under `view` may use the memo: a first-found policy (the memo
+/// records first copies) and a nonzero entry window.
+pub(crate) fn memo_applies(view: &View, func: Func) -> bool {
+    windows(view).active() && view.opts.policies.get(func).first_existing(func.category())
+}
+
+/// `name` in directory node `parent` (union path `rel`) as [`UnionFs::search`] finds it,
+/// probing only where the memo says the first copy can be, and filling the memo with what
+/// was found. Answers as `search` would have when the memo's facts hold.
+pub(crate) fn search_child(
+    fs: &UnionFs,
+    func: Func,
+    parent: u64,
+    name: &CStr,
+    rel: &CStr,
+) -> io::Result<Found> {
+    let view = fs.view();
+    let full = rel.to_bytes();
+    if !memo_applies(&view, func) || !full.ends_with(name.to_bytes()) {
+        drop(view);
+        return fs.search(func, rel);
+    }
+    // The directory's path with its trailing `/` (empty for the root).
+    let dir = &full[..full.len() - name.to_bytes().len()];
+    let memo = &fs.lookup_memo;
+    let w = windows(&view);
+    let advice = memo.consult(&view, parent, dir, name.to_bytes());
+    match advice.hint {
+        Some(Hint::Nowhere) => return Err(errno(libc::ENOENT)),
+        Some(Hint::At(pos)) if pos < view.branches.len() => {
+            // Gone from there (or failing): the full search below says where it is now.
+            if let Ok(Some(f)) = fs.lookup_on(view.branches.id_at(pos), rel) {
+                return Ok(f);
+            }
+        }
+        _ => {}
+    }
+    let absent = match advice.absent {
+        Some(a) => a,
+        None if advice.want_facts => {
+            let a = absences(fs, &view, dir);
+            memo.note_dir(&advice.ticket, &view, parent, dir, &a, w);
+            a
+        }
+        None => Positions::default(),
+    };
+    // As `search`: the first branch that has it; a real failure before it is reported over
+    // ENOENT, and nothing is memoized after one (it may hide a copy).
+    let mut failure = None;
+    for pos in (0..view.branches.len()).filter(|&p| !absent.contains(p)) {
+        match fs.lookup_on(view.branches.id_at(pos), rel) {
+            Ok(Some(f)) => {
+                if failure.is_none() {
+                    let hint = Hint::At(pos);
+                    memo.note_name(&advice.ticket, &view, parent, dir, name.to_bytes(), hint, w);
+                }
+                return Ok(f);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let hint = Hint::Nowhere;
+    memo.note_name(&advice.ticket, &view, parent, dir, name.to_bytes(), hint, w);
+    Err(errno(libc::ENOENT))
+}
+
+/// The positions where directory `dir` (with its trailing `/`) certainly does not resolve
+/// (so nothing beneath it does either): one `O_PATH` open per branch. A failure other than
+/// "absent" leaves the branch to be probed.
+fn absences(fs: &UnionFs, view: &Arc<View>, dir: &[u8]) -> Positions {
+    let mut out = Positions::default();
+    let Ok(path) = std::ffi::CString::new(dir.strip_suffix(b"/").unwrap_or(dir)) else {
+        return out;
+    };
+    for pos in 0..view.branches.len() {
+        if matches!(
+            present(fs.open_on(view.branches.id_at(pos), &path)),
+            Ok(None)
+        ) {
+            out.insert(pos);
+        }
+    }
+    out
 }
