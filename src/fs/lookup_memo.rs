@@ -95,18 +95,29 @@ impl Windows {
     }
 }
 
-/// When a fill began: a fill is kept only if no change was made since.
+/// When a fill began (a fill is kept only if no change was made since), and until when the
+/// facts it rests on hold.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ticket {
     seq: u64,
     now: u64,
+    /// When the memoized facts the answer used expire (`u64::MAX`: it used none, only
+    /// probes): what it records expires no later, and the guest is told no later.
+    basis: u64,
+}
+
+impl Ticket {
+    /// How much longer the answer may be trusted, if it rests on memoized facts.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        (self.basis != u64::MAX).then(|| Duration::from_nanos(self.basis - self.now))
+    }
 }
 
 /// What a lookup should do, from [`LookupMemo::consult`].
 #[derive(Debug)]
 pub(crate) struct Advice {
-    /// What is known of the name, if anything.
-    pub hint: Option<Hint>,
+    /// What is known of the name, if anything, and for how much longer.
+    pub hint: Option<(Hint, Duration)>,
     /// Positions where the directory itself is absent (so is the name): never probed.
     pub absent: Option<Positions>,
     /// Whether the caller should find the directory's absences now (and note them).
@@ -289,6 +300,7 @@ impl<V> LookupMemo<V> {
         Ticket {
             seq: self.seq.load(Ordering::Acquire),
             now: self.now(),
+            basis: u64::MAX,
         }
     }
 
@@ -296,6 +308,7 @@ impl<V> LookupMemo<V> {
     /// `/`, empty for the root) under `view`. Counts a scan when nothing usable is known.
     pub(crate) fn consult(&self, view: &Arc<V>, parent: u64, dir: &[u8], name: &[u8]) -> Advice {
         let ticket = self.ticket();
+        let now = ticket.now;
         let mut advice = Advice {
             hint: None,
             absent: None,
@@ -317,12 +330,12 @@ impl<V> LookupMemo<V> {
         advice.hint = d
             .names
             .get(name)
-            .filter(|(_, until)| ticket.now < *until)
-            .map(|(h, _)| *h);
-        advice.absent = match &d.absent {
-            Some((p, until)) if ticket.now < *until => Some(p.clone()),
-            _ => None,
-        };
+            .filter(|(_, until)| now < *until)
+            .map(|(h, until)| (*h, Duration::from_nanos(until - now)));
+        if let Some((p, until)) = d.absent.as_ref().filter(|(_, until)| now < *until) {
+            advice.absent = Some(p.clone());
+            advice.ticket.basis = *until;
+        }
         if advice.hint.is_none() && advice.absent.is_none() && !dir.is_empty() {
             d.scans += 1;
             advice.want_facts = d.scans >= SCANS_BEFORE_FACTS;
@@ -376,7 +389,7 @@ impl<V> LookupMemo<V> {
                 shard.room(cost + dir.len() + DIR_OVERHEAD, cap, true);
             }
             let d = shard.dir_or_new(parent, dir, cap);
-            if put(d, name, hint, until(now, window)) {
+            if put(d, name, hint, until(now, window).min(t.basis)) {
                 shard.bytes += cost;
             }
         });
@@ -393,7 +406,8 @@ impl<V> LookupMemo<V> {
         w: Windows,
     ) {
         self.fill(t, view, parent, |shard, now, cap| {
-            set_absent(shard, parent, dir, absent, until(now, w.found), cap);
+            let end = until(now, w.found).min(t.basis);
+            set_absent(shard, parent, dir, absent, end, cap);
         });
     }
 
@@ -412,7 +426,7 @@ impl<V> LookupMemo<V> {
         w: Windows,
     ) {
         self.fill(t, view, parent, |shard, now, cap| {
-            let end = until(now, w.found);
+            let end = until(now, w.found).min(t.basis);
             set_absent(shard, parent, dir, absent, end, cap);
             for (name, pos) in names {
                 let cost = name.len() + NAME_OVERHEAD;
@@ -541,7 +555,7 @@ mod tests {
     };
 
     fn hint(m: &LookupMemo<()>, v: &Arc<()>, parent: u64, dir: &[u8], name: &[u8]) -> Option<Hint> {
-        m.consult(v, parent, dir, name).hint
+        m.consult(v, parent, dir, name).hint.map(|(h, _)| h)
     }
 
     fn note(m: &LookupMemo<()>, v: &Arc<()>, parent: u64, dir: &[u8], name: &[u8], h: Hint) {
@@ -577,6 +591,24 @@ mod tests {
             None,
             "past the negative window"
         );
+    }
+
+    #[test]
+    fn what_rests_on_a_directory_s_absences_expires_with_them() {
+        let (m, v) = (LookupMemo::default(), Arc::new(()));
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &Positions::default(), W);
+        m.advance(Duration::from_millis(600));
+        let a = m.consult(&v, 7, b"d/", b"f");
+        assert!(a.absent.is_some());
+        let left = a.ticket.left().unwrap();
+        assert!(left <= Duration::from_millis(400), "{left:?}");
+        m.note_name(&a.ticket, &v, 7, b"d/", b"f", Hint::At(1), W);
+        let (h, left) = m.consult(&v, 7, b"d/", b"f").hint.unwrap();
+        assert_eq!(h, Hint::At(1));
+        assert!(left <= Duration::from_millis(400), "{left:?}");
+        m.advance(Duration::from_millis(400));
+        let a = m.consult(&v, 7, b"d/", b"f");
+        assert_eq!((a.hint, a.absent, a.ticket.left()), (None, None, None));
     }
 
     #[test]

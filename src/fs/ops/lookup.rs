@@ -22,24 +22,43 @@ use crate::sys::abi::zeroed_stat;
 pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
-    match search_child(fs, Func::Getattr, parent, name, &rel) {
-        Ok(found) => fs.entry_for(parent, name, &rel, &found, Rebind::Yes),
+    let (found, trust) = search_child(fs, Func::Getattr, parent, name, &rel);
+    match found {
+        Ok(found) => {
+            let entry = fs.entry_for(parent, name, &rel, &found, Rebind::Yes)?;
+            Ok(trusted(entry, trust))
+        }
         Err(e)
             if e.raw_os_error() == Some(libc::ENOENT)
                 && !fs.view().opts.cache_negative_entry.is_zero() =>
         {
-            Ok(Entry {
+            let entry = Entry {
                 inode: 0,
                 generation: 0,
                 attr: zeroed_stat(),
                 attr_flags: 0,
                 attr_timeout: Default::default(),
                 entry_timeout: fs.view().opts.cache_negative_entry,
-            })
+            };
+            Ok(trusted(entry, trust))
         }
         Err(e) => Err(e),
     }
 }
+
+/// `entry` with its name cached no longer than the memoized facts it came from hold, so
+/// that a host-side change reaches the guest within one window of the probe that saw the
+/// old state (not a window after a memoized answer given late in the first).
+pub(crate) fn trusted(mut entry: Entry, trust: Option<std::time::Duration>) -> Entry {
+    if let Some(left) = trust {
+        entry.entry_timeout = entry.entry_timeout.min(left);
+    }
+    entry
+}
+
+/// What [`search_child`] answers: the search's result, and how much longer it may be
+/// trusted if it rests on memoized facts (`None`: it was probed now).
+pub(crate) type Answer = (io::Result<Found>, Option<std::time::Duration>);
 
 /// The memo's trust windows under `view`'s options.
 pub(crate) fn windows(view: &View) -> Windows {
@@ -64,12 +83,12 @@ pub(crate) fn search_child(
     parent: u64,
     name: &CStr,
     rel: &CStr,
-) -> io::Result<Found> {
+) -> Answer {
     let view = fs.view();
     let full = rel.to_bytes();
     if !memo_applies(&view, func) || !full.ends_with(name.to_bytes()) {
         drop(view);
-        return fs.search(func, rel);
+        return (fs.search(func, rel), None);
     }
     // The directory's path with its trailing `/` (empty for the root).
     let dir = &full[..full.len() - name.to_bytes().len()];
@@ -77,11 +96,11 @@ pub(crate) fn search_child(
     let w = windows(&view);
     let advice = memo.consult(&view, parent, dir, name.to_bytes());
     match advice.hint {
-        Some(Hint::Nowhere) => return Err(errno(libc::ENOENT)),
-        Some(Hint::At(pos)) if pos < view.branches.len() => {
+        Some((Hint::Nowhere, left)) => return (Err(errno(libc::ENOENT)), Some(left)),
+        Some((Hint::At(pos), left)) if pos < view.branches.len() => {
             // Gone from there (or failing): the full search below says where it is now.
             if let Ok(Some(f)) = fs.lookup_on(view.branches.id_at(pos), rel) {
-                return Ok(f);
+                return (Ok(f), Some(left));
             }
         }
         _ => {}
@@ -97,15 +116,16 @@ pub(crate) fn search_child(
     };
     // As `search`: the first branch that has it; a real failure before it is reported over
     // ENOENT, and nothing is memoized after one (it may hide a copy).
+    let t = advice.ticket;
     let mut failure = None;
     for pos in (0..view.branches.len()).filter(|&p| !absent.contains(p)) {
         match fs.lookup_on(view.branches.id_at(pos), rel) {
             Ok(Some(f)) => {
                 if failure.is_none() {
                     let hint = Hint::At(pos);
-                    memo.note_name(&advice.ticket, &view, parent, dir, name.to_bytes(), hint, w);
+                    memo.note_name(&t, &view, parent, dir, name.to_bytes(), hint, w);
                 }
-                return Ok(f);
+                return (Ok(f), t.left());
             }
             Ok(None) => {}
             Err(e) => {
@@ -114,11 +134,10 @@ pub(crate) fn search_child(
         }
     }
     if let Some(e) = failure {
-        return Err(e);
+        return (Err(e), t.left());
     }
-    let hint = Hint::Nowhere;
-    memo.note_name(&advice.ticket, &view, parent, dir, name.to_bytes(), hint, w);
-    Err(errno(libc::ENOENT))
+    memo.note_name(&t, &view, parent, dir, name.to_bytes(), Hint::Nowhere, w);
+    (Err(errno(libc::ENOENT)), t.left())
 }
 
 /// The positions where directory `dir` (with its trailing `/`) certainly does not resolve

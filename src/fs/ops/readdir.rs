@@ -15,7 +15,7 @@ use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::handle::{DirHandle, Handle};
 use crate::fs::lookup_memo::{Positions, Ticket};
-use crate::fs::ops::lookup::{memo_applies, search_child, windows};
+use crate::fs::ops::lookup::{memo_applies, search_child, trusted, windows};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
 use crate::fs::resolve::{ino_for, join, split_parent};
@@ -271,8 +271,8 @@ pub fn readdirplus(
                 continue; // a name the host would not have listed (a NUL in it)
             };
             match search_child(fs, Func::Getattr, inode, name, full) {
-                Ok(f) => fs.entry_for(inode, name, full, &f, Rebind::No)?,
-                Err(_) => continue, // removed since the snapshot
+                (Ok(f), trust) => trusted(fs.entry_for(inode, name, full, &f, Rebind::No)?, trust),
+                (Err(_), _) => continue, // removed since the snapshot
             }
         };
         let taken = add_entry(dirent(&e, i), entry);
