@@ -131,8 +131,10 @@ pub(crate) struct Advice {
 struct DirMemo {
     /// The directory's union path (with a trailing `/`; empty for the root) when filled.
     path: Box<[u8]>,
-    /// Where the directory is absent, and until when that holds.
-    absent: Option<(Positions, u64)>,
+    /// Where the directory is absent, until when that holds, and whether every other
+    /// position was checked (`false`: learnt from the lookup of the directory itself, which
+    /// stopped at its first copy).
+    absent: Option<(Positions, u64, bool)>,
     /// Scans with no usable answer since the absences were last found.
     scans: u32,
     /// Each name's hint and until when it holds.
@@ -332,13 +334,15 @@ impl<V> LookupMemo<V> {
             .get(name)
             .filter(|(_, until)| now < *until)
             .map(|(h, until)| (*h, Duration::from_nanos(until - now)));
-        if let Some((p, until)) = d.absent.as_ref().filter(|(_, until)| now < *until) {
+        let facts = d.absent.as_ref().filter(|(_, until, _)| now < *until);
+        if advice.hint.is_none() && !facts.is_some_and(|(_, _, complete)| *complete) {
+            d.scans += 1;
+            // (The caller finds them afresh, resting on nothing memoized.)
+            advice.want_facts = d.scans >= SCANS_BEFORE_FACTS && !dir.is_empty();
+        }
+        if let Some((p, until, _)) = facts.filter(|_| !advice.want_facts) {
             advice.absent = Some(p.clone());
             advice.ticket.basis = *until;
-        }
-        if advice.hint.is_none() && advice.absent.is_none() && !dir.is_empty() {
-            d.scans += 1;
-            advice.want_facts = d.scans >= SCANS_BEFORE_FACTS;
         }
         advice
     }
@@ -395,7 +399,9 @@ impl<V> LookupMemo<V> {
         });
     }
 
-    /// Records the positions where directory `dir` is absent (every other one was checked).
+    /// Records the positions where directory `dir` is absent; `complete` when every other
+    /// one was checked.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn note_dir(
         &self,
         t: &Ticket,
@@ -403,11 +409,17 @@ impl<V> LookupMemo<V> {
         parent: u64,
         dir: &[u8],
         absent: &Positions,
+        complete: bool,
         w: Windows,
     ) {
         self.fill(t, view, parent, |shard, now, cap| {
+            // Partial facts never replace complete ones that still hold.
+            let better = shard.dir(parent, dir).and_then(|d| d.absent.as_ref());
+            if !complete && better.is_some_and(|(_, until, all)| *all && now < *until) {
+                return;
+            }
             let end = until(now, w.found).min(t.basis);
-            set_absent(shard, parent, dir, absent, end, cap);
+            set_absent(shard, parent, dir, (absent, complete), end, cap);
         });
     }
 
@@ -427,7 +439,7 @@ impl<V> LookupMemo<V> {
     ) {
         self.fill(t, view, parent, |shard, now, cap| {
             let end = until(now, w.found).min(t.basis);
-            set_absent(shard, parent, dir, absent, end, cap);
+            set_absent(shard, parent, dir, (absent, true), end, cap);
             for (name, pos) in names {
                 let cost = name.len() + NAME_OVERHEAD;
                 if !shard.room(cost, cap, false) {
@@ -532,14 +544,14 @@ fn set_absent<V>(
     shard: &mut Shard<V>,
     parent: u64,
     dir: &[u8],
-    absent: &Positions,
+    (absent, complete): (&Positions, bool),
     end: u64,
     cap: usize,
 ) {
     let d = shard.dir_or_new(parent, dir, cap);
-    let old = d.absent.take().map_or(0, |(p, _)| p.cost());
+    let old = d.absent.take().map_or(0, |(p, _, _)| p.cost());
     let new = absent.cost();
-    d.absent = Some((absent.clone(), end));
+    d.absent = Some((absent.clone(), end, complete));
     d.scans = 0;
     d.bytes = d.bytes + new - old;
     shard.bytes = shard.bytes + new - old;
@@ -596,7 +608,7 @@ mod tests {
     #[test]
     fn what_rests_on_a_directory_s_absences_expires_with_them() {
         let (m, v) = (LookupMemo::default(), Arc::new(()));
-        m.note_dir(&m.ticket(), &v, 7, b"d/", &Positions::default(), W);
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &Positions::default(), true, W);
         m.advance(Duration::from_millis(600));
         let a = m.consult(&v, 7, b"d/", b"f");
         assert!(a.absent.is_some());
@@ -609,6 +621,32 @@ mod tests {
         m.advance(Duration::from_millis(400));
         let a = m.consult(&v, 7, b"d/", b"f");
         assert_eq!((a.hint, a.absent, a.ticket.left()), (None, None, None));
+    }
+
+    #[test]
+    fn partial_absences_are_used_and_completed_later() {
+        let (m, v) = (LookupMemo::default(), Arc::new(()));
+        let mut some = Positions::default();
+        some.insert(0);
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &some, false, W);
+        let a = m.consult(&v, 7, b"d/", b"a");
+        assert_eq!((a.absent.as_ref(), a.want_facts), (Some(&some), false));
+        let a = m.consult(&v, 7, b"d/", b"b");
+        assert_eq!(
+            (a.absent, a.want_facts),
+            (None, true),
+            "found afresh instead"
+        );
+        let mut all = some.clone();
+        all.insert(1);
+        m.note_dir(&a.ticket, &v, 7, b"d/", &all, true, W);
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &some, false, W);
+        let a = m.consult(&v, 7, b"d/", b"c");
+        assert_eq!(
+            (a.absent, a.want_facts),
+            (Some(all), false),
+            "complete facts stay"
+        );
     }
 
     #[test]
@@ -628,7 +666,7 @@ mod tests {
         let (m, v) = (LookupMemo::default(), Arc::new(()));
         let mut absent = Positions::default();
         absent.insert(0);
-        m.note_dir(&m.ticket(), &v, 7, b"d/", &absent, W);
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &absent, true, W);
         note(&m, &v, 7, b"d/", b"f", Hint::At(1));
         note(&m, &v, 8, b"e/", b"g", Hint::At(1));
         m.changed_in(7);
@@ -690,7 +728,7 @@ mod tests {
         let (m, v) = (LookupMemo::default(), Arc::new(()));
         assert!(!m.consult(&v, 7, b"d/", b"a").want_facts);
         assert!(m.consult(&v, 7, b"d/", b"b").want_facts);
-        m.note_dir(&m.ticket(), &v, 7, b"d/", &Positions::default(), W);
+        m.note_dir(&m.ticket(), &v, 7, b"d/", &Positions::default(), true, W);
         assert!(!m.consult(&v, 7, b"d/", b"c").want_facts);
         note(&m, &v, 1, b"", b"f", Hint::At(1));
         for n in [&b"a"[..], b"b", b"c"] {

@@ -209,13 +209,14 @@ fn an_answer_from_the_memo_is_cached_no_longer_than_the_memo_trusts_it() {
     let (b, u) = three("cache.entry=2,cache.negative-entry=2");
     put(b[2].path(), "d/f", "third");
     let d = walk(&u, "d").unwrap();
+    // (These already rest on what the lookup of d found: d is absent from the first two
+    // branches.)
     let probed = u.lookup(&ctx(), d.inode, &c("f")).unwrap();
-    assert_eq!(probed.entry_timeout, Duration::from_secs(2));
+    assert!(probed.entry_timeout > Duration::from_millis(1900));
+    assert!(probed.entry_timeout <= Duration::from_secs(2));
     let missing = u.lookup(&ctx(), d.inode, &c("m")).unwrap();
-    assert_eq!(
-        (missing.inode, missing.entry_timeout),
-        (0, Duration::from_secs(2))
-    );
+    assert_eq!(missing.inode, 0);
+    assert!(missing.entry_timeout > Duration::from_millis(1900));
     u.advance_lookup_memo_clock(Duration::from_millis(1500));
     let memoized = u.lookup(&ctx(), d.inode, &c("f")).unwrap();
     assert_eq!(memoized.inode, probed.inode);

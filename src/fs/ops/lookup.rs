@@ -11,7 +11,7 @@ use std::sync::Arc;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use crate::fs::inode::Rebind;
-use crate::fs::lookup_memo::{Hint, Positions, Windows};
+use crate::fs::lookup_memo::{Hint, Positions, Ticket, Windows};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, present, Found};
 use crate::fs::view::View;
@@ -22,10 +22,25 @@ use crate::sys::abi::zeroed_stat;
 pub fn lookup(fs: &UnionFs, parent: u64, name: &CStr) -> io::Result<Entry> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
-    let (found, trust) = search_child(fs, Func::Getattr, parent, name, &rel);
+    let Answer {
+        found,
+        trust,
+        before,
+    } = search_child(fs, Func::Getattr, parent, name, &rel);
     match found {
         Ok(found) => {
             let entry = fs.entry_for(parent, name, &rel, &found, Rebind::Yes)?;
+            if let Some((t, absent)) = before {
+                if found.st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    // Where the directory was not found, nothing beneath it can be: its own
+                    // lookups skip those branches from the first.
+                    let view = fs.view();
+                    let dir = [rel.to_bytes(), b"/"].concat();
+                    let w = windows(&view);
+                    let memo = &fs.lookup_memo;
+                    memo.note_dir(&t, &view, entry.inode, &dir, &absent, false, w);
+                }
+            }
             Ok(trusted(entry, trust))
         }
         Err(e)
@@ -56,9 +71,27 @@ pub(crate) fn trusted(mut entry: Entry, trust: Option<std::time::Duration>) -> E
     entry
 }
 
-/// What [`search_child`] answers: the search's result, and how much longer it may be
-/// trusted if it rests on memoized facts (`None`: it was probed now).
-pub(crate) type Answer = (io::Result<Found>, Option<std::time::Duration>);
+/// What [`search_child`] answers.
+pub(crate) struct Answer {
+    /// The search's result.
+    pub found: io::Result<Found>,
+    /// How much longer it may be trusted if it rests on memoized facts (`None`: it was
+    /// probed now).
+    pub trust: Option<std::time::Duration>,
+    /// After a scan that found the name: the positions before its copy where it is absent
+    /// (a directory's absences, so far as they are known), with the scan's ticket.
+    pub before: Option<(Ticket, Positions)>,
+}
+
+impl Answer {
+    fn of(found: io::Result<Found>, trust: Option<std::time::Duration>) -> Self {
+        Answer {
+            found,
+            trust,
+            before: None,
+        }
+    }
+}
 
 /// The memo's trust windows under `view`'s options.
 pub(crate) fn windows(view: &View) -> Windows {
@@ -88,7 +121,7 @@ pub(crate) fn search_child(
     let full = rel.to_bytes();
     if !memo_applies(&view, func) || !full.ends_with(name.to_bytes()) {
         drop(view);
-        return (fs.search(func, rel), None);
+        return Answer::of(fs.search(func, rel), None);
     }
     // The directory's path with its trailing `/` (empty for the root).
     let dir = &full[..full.len() - name.to_bytes().len()];
@@ -96,11 +129,11 @@ pub(crate) fn search_child(
     let w = windows(&view);
     let advice = memo.consult(&view, parent, dir, name.to_bytes());
     match advice.hint {
-        Some((Hint::Nowhere, left)) => return (Err(errno(libc::ENOENT)), Some(left)),
+        Some((Hint::Nowhere, left)) => return Answer::of(Err(errno(libc::ENOENT)), Some(left)),
         Some((Hint::At(pos), left)) if pos < view.branches.len() => {
             // Gone from there (or failing): the full search below says where it is now.
             if let Ok(Some(f)) = fs.lookup_on(view.branches.id_at(pos), rel) {
-                return (Ok(f), Some(left));
+                return Answer::of(Ok(f), Some(left));
             }
         }
         _ => {}
@@ -109,7 +142,7 @@ pub(crate) fn search_child(
         Some(a) => a,
         None if advice.want_facts => {
             let a = absences(fs, &view, dir);
-            memo.note_dir(&advice.ticket, &view, parent, dir, &a, w);
+            memo.note_dir(&advice.ticket, &view, parent, dir, &a, true, w);
             a
         }
         None => Positions::default(),
@@ -118,26 +151,29 @@ pub(crate) fn search_child(
     // ENOENT, and nothing is memoized after one (it may hide a copy).
     let t = advice.ticket;
     let mut failure = None;
+    let mut before = absent.clone();
     for pos in (0..view.branches.len()).filter(|&p| !absent.contains(p)) {
         match fs.lookup_on(view.branches.id_at(pos), rel) {
             Ok(Some(f)) => {
+                let mut answer = Answer::of(Ok(f), t.left());
                 if failure.is_none() {
                     let hint = Hint::At(pos);
                     memo.note_name(&t, &view, parent, dir, name.to_bytes(), hint, w);
+                    answer.before = Some((t, before)).filter(|(_, b)| *b != Positions::default());
                 }
-                return (Ok(f), t.left());
+                return answer;
             }
-            Ok(None) => {}
+            Ok(None) => before.insert(pos),
             Err(e) => {
                 failure.get_or_insert(e);
             }
         }
     }
     if let Some(e) = failure {
-        return (Err(e), t.left());
+        return Answer::of(Err(e), t.left());
     }
     memo.note_name(&t, &view, parent, dir, name.to_bytes(), Hint::Nowhere, w);
-    (Err(errno(libc::ENOENT)), t.left())
+    Answer::of(Err(errno(libc::ENOENT)), t.left())
 }
 
 /// The positions where directory `dir` (with its trailing `/`) certainly does not resolve

@@ -270,9 +270,13 @@ pub fn readdirplus(
             ) else {
                 continue; // a name the host would not have listed (a NUL in it)
             };
-            match search_child(fs, Func::Getattr, inode, name, full) {
-                (Ok(f), trust) => trusted(fs.entry_for(inode, name, full, &f, Rebind::No)?, trust),
-                (Err(_), _) => continue, // removed since the snapshot
+            let answer = search_child(fs, Func::Getattr, inode, name, full);
+            match answer.found {
+                Ok(f) => trusted(
+                    fs.entry_for(inode, name, full, &f, Rebind::No)?,
+                    answer.trust,
+                ),
+                Err(_) => continue, // removed since the snapshot
             }
         };
         let taken = add_entry(dirent(&e, i), entry);
