@@ -34,6 +34,10 @@ pub(crate) const BUDGET: usize = 4 << 20;
 /// Shards (separate locks), chosen by the directory's node number.
 const SHARDS: usize = 16;
 
+/// The most names one directory's listing can leave in the memo (all of a directory's
+/// names share its shard): a longer listing's tail is not worth collecting.
+pub(crate) const LISTED_NAMES: usize = BUDGET / SHARDS / NAME_OVERHEAD;
+
 /// What a name costs beyond its bytes (hash slot, hint, expiry, box header).
 const NAME_OVERHEAD: usize = 48;
 
@@ -532,11 +536,13 @@ impl<V> Drop for Changing<'_, V> {
 
 /// Sets `name`'s hint; whether it is new (and so was charged to the directory).
 fn put(d: &mut DirMemo, name: &[u8], hint: Hint, end: u64) -> bool {
-    let new = d.names.insert(name.into(), (hint, end)).is_none();
-    if new {
-        d.bytes += name.len() + NAME_OVERHEAD;
+    if let Some(v) = d.names.get_mut(name) {
+        *v = (hint, end);
+        return false;
     }
-    new
+    d.names.insert(name.into(), (hint, end));
+    d.bytes += name.len() + NAME_OVERHEAD;
+    true
 }
 
 /// Sets the directory's absences (charging their bits).

@@ -101,10 +101,13 @@ pub(crate) fn windows(view: &View) -> Windows {
     }
 }
 
-/// Whether `func`'s search under `view` may use the memo: a first-found policy (the memo
-/// records first copies) and a nonzero entry window.
+/// Whether `func`'s search under `view` may use the memo: several branches (one branch is
+/// one probe anyway), a first-found policy (the memo records first copies) and a nonzero
+/// entry window.
 pub(crate) fn memo_applies(view: &View, func: Func) -> bool {
-    windows(view).active() && view.opts.policies.get(func).first_existing(func.category())
+    view.branches.len() > 1
+        && windows(view).active()
+        && view.opts.policies.get(func).first_existing(func.category())
 }
 
 /// `name` in directory node `parent` (union path `rel`) as [`UnionFs::search`] finds it,

@@ -14,7 +14,7 @@ use fuse_backend_rs::abi::fuse_abi::OpenOptions;
 use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::handle::{DirHandle, Handle};
-use crate::fs::lookup_memo::{Positions, Ticket};
+use crate::fs::lookup_memo::{Positions, Ticket, LISTED_NAMES};
 use crate::fs::ops::lookup::{memo_applies, search_child, trusted, windows};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
@@ -159,7 +159,7 @@ impl MemoFill {
     }
 
     fn first_at(&mut self, pos: usize) {
-        if self.on {
+        if self.on && self.firsts.len() < LISTED_NAMES {
             self.firsts.push(pos as u32);
         }
     }
