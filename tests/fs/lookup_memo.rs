@@ -224,3 +224,35 @@ fn an_answer_from_the_memo_is_cached_no_longer_than_the_memo_trusts_it() {
     let missing = u.lookup(&ctx(), d.inode, &c("m")).unwrap();
     assert!(missing.entry_timeout <= Duration::from_millis(500));
 }
+
+#[test]
+fn copy_up_and_whiteouts_show_at_once() {
+    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    let u = union_with(
+        &[
+            (dirs[0].path(), "RW"),
+            (dirs[1].path(), "RO"),
+            (dirs[2].path(), "RO"),
+        ],
+        "cow=true,minfreespace=0,cache.entry=3600,cache.negative-entry=3600",
+    );
+    put(dirs[1].path(), "d/other", "mid");
+    put(dirs[2].path(), "d/f", "lower");
+    fs::create_dir(dirs[0].path().join("d")).unwrap();
+    for _ in 0..3 {
+        assert_eq!(shown(&u, "d/f").unwrap(), b"lower");
+    }
+    // A change to the lower copy copies it up: the lookup now finds the upper copy.
+    let f = walk(&u, "d/f").unwrap();
+    chmod_as(&u, &ctx(), &f, 0o600).unwrap();
+    assert!(dirs[0].path().join("d/f").exists());
+    let again = walk(&u, "d/f").unwrap();
+    assert_eq!(again.attr.st_mode & 0o777, 0o600);
+    // UNLINK leaves a whiteout over the lower copy: gone at once, and back when made again.
+    let d = walk(&u, "d").unwrap();
+    u.unlink(&ctx(), d.inode, &c("f")).unwrap();
+    assert_eq!(shown(&u, "d/f"), Err(libc::ENOENT));
+    let n = create_file(&u, d.inode, "f", b"new").unwrap();
+    u.forget(&ctx(), n.inode, 1);
+    assert_eq!(shown(&u, "d/f").unwrap(), b"new");
+}
