@@ -2,7 +2,8 @@
 # Lookups against many branches (mergerfs pools have 10 to 30 disks): union-virtiofsd (release
 # build) through vufs-bench at depth 1 with 1, 4, 16 and 32 branches, the entries on the last
 # branch and every other branch an empty RO tmpfs directory, so that a found lookup (search
-# policy ff) misses on all the others first and a lookup of a missing name misses on all.
+# policy ff) would miss on all the others first and a lookup of a missing name on all (the
+# lookup memo, src/fs/lookup_memo.rs, skips the branches the directory is absent from).
 # Prints a Markdown table: lookups per second, and the daemon's CPU microseconds per lookup
 # (from its CPU seconds over the run), found and missing, and the CPU cost each extra branch
 # adds (the slope between 1 and 32 branches).

@@ -212,11 +212,11 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.cache_attr = seconds(v)?;
         Ok(())
     } },
-    OptionSpec { name: "cache.entry", help: "SECS the guest may cache names (default 1)", set: |s, v| {
+    OptionSpec { name: "cache.entry", help: "SECS the guest may cache names, and the daemon which branch holds each name it looked up or listed (its lookup memo; 0 turns the memo off) (default 1)", set: |s, v| {
         s.opts.cache_entry = seconds(v)?;
         Ok(())
     } },
-    OptionSpec { name: "cache.negative-entry", help: "SECS the guest may cache failed lookups (default 0)", set: |s, v| {
+    OptionSpec { name: "cache.negative-entry", help: "SECS the guest may cache failed lookups, and the daemon that no branch has the name (default 0)", set: |s, v| {
         s.opts.cache_negative_entry = seconds(v)?;
         Ok(())
     } },

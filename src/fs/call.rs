@@ -18,7 +18,7 @@ use crate::fuse::SecContext;
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     fs: &'a UnionFs,
-    view: &'a View,
+    view: &'a Arc<View>,
     label: Option<&'a SecContext>,
 }
 
@@ -33,6 +33,11 @@ impl Deref for Call<'_> {
 impl<'a> Call<'a> {
     /// The branch set and options of this request.
     pub(crate) fn view(&self) -> &'a View {
+        self.view
+    }
+
+    /// The same, as the shared snapshot it is (for what is kept per view: the lookup memo).
+    pub(crate) fn shared_view(&self) -> &'a Arc<View> {
         self.view
     }
 
@@ -54,7 +59,11 @@ impl<'a> Call<'a> {
 
 impl UnionFs {
     /// A call of this filesystem that sees `view`, creating with `label`.
-    pub(crate) fn call<'a>(&'a self, view: &'a View, label: Option<&'a SecContext>) -> Call<'a> {
+    pub(crate) fn call<'a>(
+        &'a self,
+        view: &'a Arc<View>,
+        label: Option<&'a SecContext>,
+    ) -> Call<'a> {
         Call {
             fs: self,
             view,

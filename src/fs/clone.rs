@@ -62,6 +62,8 @@ impl Call<'_> {
         if bytes == b"." {
             return Ok(());
         }
+        // Directories appear on a branch: absences noted anywhere beneath may be wrong.
+        let _memo = self.lookup_memo.changing_everywhere();
         let ends = bytes
             .iter()
             .enumerate()

@@ -110,6 +110,8 @@ impl Call<'_> {
     /// returns the copy. Files keep data, mode, owner, times and xattrs; directories are made
     /// empty (their entries stay below, merged); symlinks keep their target.
     pub(crate) fn copy_up(&self, rel: &CStr, f: &Found) -> io::Result<Found> {
+        // The first copy moves to an upper branch.
+        let _memo = self.lookup_memo.changing_everywhere();
         let (parent, name) = split_parent(rel);
         let (dir, dir_fd) = self.upper_dir(&parent)?;
         let kind = f.st.st_mode & libc::S_IFMT;

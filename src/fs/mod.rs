@@ -15,6 +15,7 @@ pub mod idmap;
 mod ino;
 mod inode;
 mod lockstate;
+mod lookup_memo;
 mod movefile;
 mod negotiated;
 mod node;
@@ -119,6 +120,8 @@ pub struct UnionFs {
     fd_budget: std::sync::OnceLock<usize>,
     /// What the last INIT settled (the writeback cache, announced submounts).
     negotiated: negotiated::Negotiated,
+    /// Which branch holds a name, per directory, so lookups need not probe every branch.
+    lookup_memo: lookup_memo::LookupMemo<View>,
 }
 
 /// The errno of a guest id refused by `forbid-guest`.
@@ -272,6 +275,7 @@ impl UnionFs {
             copied_up: Default::default(),
             fd_budget: Default::default(),
             negotiated: Default::default(),
+            lookup_memo: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })
     }

@@ -35,6 +35,8 @@ impl Call<'_> {
             .moveonenospc
             .ok_or_else(|| errno(libc::ENOSPC))?;
         let _one_at_a_time = self.moves.locked();
+        // The file's first copy moves to another branch.
+        let _memo = self.lookup_memo.changing_everywhere();
         let from = h.branch.load(Ordering::Acquire);
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);

@@ -20,6 +20,7 @@ mod budget;
 mod control;
 mod cow;
 mod creds;
+mod lookup_memo;
 mod nodes;
 mod options;
 mod rename_link;

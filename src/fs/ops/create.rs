@@ -116,7 +116,10 @@ fn prepare(
 /// Looks up what was just created on `branch` and hands the guest a node for it.
 fn finish(fs: &Call<'_>, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
     let f = fs.find_on(branch, rel).ok_or_else(|| errno(libc::ENOENT))?;
-    fs.entry_for(parent, name, rel, &f, Rebind::Yes)
+    let entry = fs.entry_for(parent, name, rel, &f, Rebind::Yes)?;
+    // A node number that once named another directory must not keep its facts.
+    fs.lookup_memo.forget_dir(entry.inode);
+    Ok(entry)
 }
 
 /// Makes the entry with `make` (given the parent and the name to use) in each chosen parent
@@ -132,6 +135,7 @@ fn make_on_each(
     new: &NewEntry,
     make: impl Fn(&Found, &CStr) -> rustix::io::Result<()>,
 ) -> io::Result<Entry> {
+    let _memo = fs.lookup_memo.changing_in(parent);
     let (rel, targets) = prepare(fs, func, parent, name)?;
     let mut fold = ErrnoFold::new();
     let mut first = None;
@@ -225,6 +229,7 @@ pub fn create(
 ) -> io::Result<(Entry, Option<u64>, OpenOptions, Option<u32>)> {
     let flags = host_open_flags(fs, args.flags);
     let new = NewEntry::of_request(fs, args.umask);
+    let _memo = fs.lookup_memo.changing_in(parent);
     let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
         Err(e)
             if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>

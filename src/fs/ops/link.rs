@@ -29,6 +29,7 @@ pub fn link(
     newname: &CStr,
 ) -> io::Result<Entry> {
     check_name(newname)?;
+    let _memo = fs.lookup_memo.changing_in(newparent);
     let old_rel = match fs.inodes.path(inode) {
         // No name: an O_TMPFILE file (or an open-unlinked one, which the host refuses).
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {

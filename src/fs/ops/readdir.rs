@@ -16,9 +16,12 @@ use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 
 use crate::fs::errno;
 use crate::fs::handle::{DirHandle, Handle};
+use crate::fs::lookup_memo::{Positions, Ticket, LISTED_NAMES};
+use crate::fs::ops::lookup::{memo_applies, search_child, trusted, windows};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
 use crate::fs::resolve::{ino_for, join, split_parent};
+use crate::fs::view::View;
 use crate::sys::beneath;
 
 /// Opens directory `inode`.
@@ -60,20 +63,26 @@ fn snapshot(fs: &Call<'_>, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
         _ => ino_for(calc, true, parent.to_bytes(), 0, 0),
     };
     // Names need de-duplicating only against branches listed before; a directory on one
-    // branch (the common case) needs no set at all.
-    let dirs: Vec<_> = fs
-        .view()
-        .branches
-        .indices()
-        .filter_map(|b| fs.find_on(b, rel))
-        .filter(|f| f.st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-        .collect();
+    // branch (the common case) needs no set at all. Where the directory is absent, and
+    // where each name's first copy is, go to the lookup memo.
+    let view = fs.shared_view();
+    let ticket = fs.lookup_memo.ticket();
+    let mut memo = MemoFill::new(view, rel);
+    let mut dirs = Vec::new();
+    for (pos, b) in view.branches.indices().enumerate() {
+        match fs.lookup_on(b, rel) {
+            Ok(Some(f)) if f.st.st_mode & libc::S_IFMT == libc::S_IFDIR => dirs.push((pos, f)),
+            Ok(Some(_)) => {}
+            Ok(None) => memo.absent.insert(pos),
+            Err(_) => memo.failed = true,
+        }
+    }
     let mut entries = Listing::with_capacity(64);
     entries.push(b".", fs.union_ino(&dot.st, rel.to_bytes()), dt_dir)?;
     entries.push(b"..", dotdot, dt_dir)?;
     let cow = fs.view().opts.cow;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    for (i, dir) in dirs.iter().enumerate() {
+    for (i, (pos, dir)) in dirs.iter().enumerate() {
         let (check, record) = (i > 0, i + 1 < dirs.len());
         let dev = dir.st.st_dev;
         beneath::for_each_dirent(dir.fd.as_fd(), |name, host_ino, dtype| {
@@ -112,10 +121,64 @@ fn snapshot(fs: &Call<'_>, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
             if record {
                 seen.insert(name.to_vec());
             }
+            memo.first_at(*pos);
             entries.push(name, ino, dtype)
         })?;
     }
-    fs.listings.charge(entries)
+    let snap = fs.listings.charge(entries)?;
+    memo.note(fs, view, &ticket, inode, &snap);
+    Ok(snap)
+}
+
+/// What a listing tells the lookup memo: the positions where the directory is absent and,
+/// for each listed name (in listing order), the position of its first copy.
+struct MemoFill {
+    /// Whether the memo is used for this listing (first-found getattr, nonzero window).
+    on: bool,
+    /// The directory's path with its trailing `/` (empty for the root).
+    dir: Vec<u8>,
+    absent: Positions,
+    /// A branch failed to answer: names are not recorded (one may hide there).
+    failed: bool,
+    /// Each listed name's position (after `.` and `..`).
+    firsts: Vec<u32>,
+}
+
+impl MemoFill {
+    fn new(view: &View, rel: &CStr) -> Self {
+        let dir = match rel.to_bytes() {
+            b"." => Vec::new(),
+            r => [r, b"/"].concat(),
+        };
+        MemoFill {
+            on: memo_applies(view, Func::Getattr),
+            dir,
+            absent: Positions::default(),
+            failed: false,
+            firsts: Vec::new(),
+        }
+    }
+
+    fn first_at(&mut self, pos: usize) {
+        if self.on && self.firsts.len() < LISTED_NAMES {
+            self.firsts.push(pos as u32);
+        }
+    }
+
+    /// Fills the memo of directory node `inode` from `snap`.
+    fn note(&self, fs: &Call<'_>, view: &Arc<View>, t: &Ticket, inode: u64, snap: &DirSnapshot) {
+        if !self.on {
+            return;
+        }
+        let w = windows(view);
+        let names = snap
+            .entries_from(2)
+            .zip(&self.firsts)
+            .filter(|_| !self.failed)
+            .map(|((_, e), &pos)| (e.name, pos as usize));
+        fs.lookup_memo
+            .note_listing(t, view, inode, &self.dir, &self.absent, names, w);
+    }
 }
 
 /// The handle's listing, (re)built when the guest starts from offset 0.
@@ -208,8 +271,12 @@ pub fn readdirplus(
             ) else {
                 continue; // a name the host would not have listed (a NUL in it)
             };
-            match fs.search(Func::Getattr, full) {
-                Ok(f) => fs.entry_for(inode, name, full, &f, Rebind::No)?,
+            let answer = search_child(fs, Func::Getattr, inode, name, full);
+            match answer.found {
+                Ok(f) => trusted(
+                    fs.entry_for(inode, name, full, &f, Rebind::No)?,
+                    answer.trust,
+                ),
                 Err(_) => continue, // removed since the snapshot
             }
         };

@@ -19,6 +19,12 @@ use std::os::fd::AsFd;
 /// Removes `name` from `parent`: a directory when `dir`, otherwise any non-directory.
 pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool) -> io::Result<()> {
     check_name(name)?;
+    // A directory's removal may take facts of its subtree with it: everything goes.
+    let _memo = if dir {
+        fs.lookup_memo.changing_everywhere()
+    } else {
+        fs.lookup_memo.changing_in(parent)
+    };
     let parent_rel = fs.inodes.path(parent)?;
     let rel = crate::fs::resolve::join(parent_rel.to_bytes(), name.to_bytes());
     let flags = if dir {

@@ -55,6 +55,8 @@ pub fn rename(
         return Err(errno(libc::EINVAL));
     }
     fs.inodes.check_move(olddir, oldname, newdir)?;
+    // A rename moves subtrees, and may park, clone or copy up on other branches.
+    let _memo = fs.lookup_memo.changing_everywhere();
     let n = Names {
         old_rel: fs.inodes.child_path(olddir, oldname)?,
         new_rel: fs.inodes.child_path(newdir, newname)?,

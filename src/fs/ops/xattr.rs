@@ -240,6 +240,7 @@ pub fn setxattr(
     setxattr_flags: u32,
 ) -> io::Result<()> {
     refuse_acl(fs, name)?;
+    let _memo = cow_masks_may_change(fs);
     let flags = XattrFlags::from_bits(flags).ok_or_else(|| errno(libc::EINVAL))?;
     let access_acl = name.to_bytes() == b"system.posix_acl_access";
     let kill_sgid = access_acl && setxattr_flags & SETXATTR_ACL_KILL_SGID != 0;
@@ -269,9 +270,17 @@ pub fn setxattr(
     )
 }
 
+/// Under copy-on-write an xattr can make a directory opaque (hiding the layers below), so
+/// the lookup memo is dropped after the change.
+fn cow_masks_may_change<'a>(fs: &Call<'a>) -> Option<impl Drop + 'a> {
+    fs.with_view(|v| v.opts.cow)
+        .then(|| fs.fs().lookup_memo.changing_everywhere())
+}
+
 /// Removes `name` from every writable copy.
 pub fn removexattr(fs: &Call<'_>, ctx: &Context, inode: u64, name: &CStr) -> io::Result<()> {
     refuse_acl(fs, name)?;
+    let _memo = cow_masks_may_change(fs);
     each_copy(
         fs,
         ctx,
