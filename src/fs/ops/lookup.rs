@@ -124,7 +124,6 @@ pub(crate) fn search_child(
     let view = fs.shared_view();
     let full = rel.to_bytes();
     if !memo_applies(view, func) || !full.ends_with(name.to_bytes()) {
-        drop(view);
         return Answer::of(fs.search(func, rel), None);
     }
     // The directory's path with its trailing `/` (empty for the root).
