@@ -9,6 +9,7 @@ pub mod ctl;
 pub mod docs;
 pub mod fs;
 pub mod fuse;
+pub mod fusedev;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
