@@ -120,6 +120,19 @@ pack_cpio() {
     mv "$2.tmp" "$2"
 }
 
+# install_pjdfstest: the POSIX conformance suite pjdfstest (the Rust port, pinned), built by
+# cargo into $UVFS_TOOLS/pjdfstest once (testkit::pjdfstest finds it there); prints its path.
+PJDFSTEST_VERSION=0.2.2
+install_pjdfstest() {
+    local bin="$UVFS_TOOLS/pjdfstest/bin/pjdfstest"
+    if ! [ -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -q "$PJDFSTEST_VERSION"; then
+        log "cargo install pjdfstest $PJDFSTEST_VERSION"
+        cargo install --quiet --locked pjdfstest --version "$PJDFSTEST_VERSION" \
+            --root "$UVFS_TOOLS/pjdfstest" >&2
+    fi
+    echo "$bin"
+}
+
 # install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into
 # $UVFS_TOOLS/virtiofsd once); prints its path.
 install_virtiofsd() {
