@@ -58,3 +58,55 @@ fn a_lazy_unmount_with_a_file_open_ends_when_it_is_closed() {
     drop(f);
     assert_eq!(m.wait(Duration::from_secs(20)), 0, "{}", m.log());
 }
+
+/// `union-virtiofsd ctl` on the mount's `--ctl-socket`: `args`' output, trimmed.
+fn ctl(sock: &std::path::Path, args: &[&str]) -> String {
+    let out = testkit::proc::daemon()
+        .arg("ctl")
+        .arg("--ctl-socket")
+        .arg(sock)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctl {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_control_socket_and_sighup_reach_the_mount() {
+    let a = Tmpfs::new("16M");
+    let d = tempfile::tempdir().unwrap();
+    let (sock, conf) = (d.path().join("ctl"), d.path().join("conf"));
+    std::fs::write(&conf, "category.create=ff\nminfreespace=1M\n").unwrap();
+    let mut m = HostMount::new(
+        &[a.path()],
+        &[
+            "--ctl-socket",
+            sock.to_str().unwrap(),
+            "--config",
+            conf.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ctl(&sock, &["get", "category.create"]), "ff");
+    assert_eq!(ctl(&sock, &["get", "pid"]), m.pid().to_string());
+    std::fs::write(m.path().join("f"), "x").unwrap();
+    let held = a.path().join("f");
+    assert_eq!(
+        ctl(&sock, &["query", "f", "fullpath"]),
+        held.to_str().unwrap()
+    );
+    std::fs::write(&conf, "category.create=mfs\nminfreespace=1M\n").unwrap();
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &m.pid().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ctl(&sock, &["get", "category.create"]) != "mfs" {
+        assert!(std::time::Instant::now() < deadline, "{}", m.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(m.unmount(false), 0, "{}", m.log());
+    assert!(!sock.exists(), "the control socket is left behind");
+}
