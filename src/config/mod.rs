@@ -191,7 +191,7 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
-        let shared = Shared::new(&args)?;
+        let shared = Shared::new(&args, &[])?;
         let listen = listen_of(&args)?;
         if let Some(tag) = &args.tag {
             if tag.is_empty() || tag.len() > 36 {
@@ -473,8 +473,11 @@ fn xattrmap(
 }
 
 /// Applies, in order, the --config file, every -o list and the typed flags to the defaults.
-fn union_settings(args: &Args) -> Result<Settings, ConfigError> {
+fn union_settings(args: &Args, defaults: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     let mut s = Settings::default();
+    for (key, value) in defaults {
+        s.apply(key, value)?;
+    }
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadConfig {
             path: path.clone(),

@@ -56,6 +56,10 @@ const HONOURED: &[&str] = &[
     "nodev",
 ];
 
+/// Where a host mount's defaults are mergerfs's rather than virtiofsd's: extended attributes
+/// pass through (a guest asks once and remembers ENOSYS; on the host, tools expect xattrs).
+const MOUNT_DEFAULTS: &[(&str, &str)] = &[("xattr", "passthrough")];
+
 /// The checked configuration of one host mount.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -77,7 +81,7 @@ impl MountConfig {
     /// Checks `args` (parsed by the `mount` subcommand, which has no vhost-only options) for
     /// a mount on `mountpoint`.
     pub fn new(mountpoint: PathBuf, args: &Args) -> Result<Self, ConfigError> {
-        let mut shared = Shared::new(args)?;
+        let mut shared = Shared::new(args, MOUNT_DEFAULTS)?;
         if matches!(
             shared.legacy_sandbox,
             Some(SandboxMode::Namespace | SandboxMode::Chroot)

@@ -45,9 +45,10 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Checks and converts the shared settings of `args`.
-    pub fn new(args: &Args) -> Result<Self, ConfigError> {
-        let mut settings = union_settings(args)?;
+    /// Checks and converts the shared settings of `args`, over the registry's defaults
+    /// changed by `defaults` (`key`, `value`: applied before --config, -o and the flags).
+    pub fn new(args: &Args, defaults: &[(&str, &str)]) -> Result<Self, ConfigError> {
+        let mut settings = union_settings(args, defaults)?;
         let mut notes = std::mem::take(&mut settings.notes);
         let legacy = settings.virtiofsd.clone();
         apply_virtiofsd(args, &legacy, &mut settings, &mut notes)?;

@@ -15,6 +15,7 @@ pub mod hostmount;
 pub mod live;
 pub mod mergerfs_diff;
 pub mod migrate;
+pub mod mount_ops;
 pub mod pjdfstest;
 pub mod proc;
 pub mod qmp;
