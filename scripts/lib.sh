@@ -133,6 +133,17 @@ install_pjdfstest() {
     echo "$bin"
 }
 
+# install_fsx: the data-integrity exerciser fsx (pinned), built by cargo into $UVFS_TOOLS/fsx
+# once (testkit::bin::tool finds it there); prints its path.
+install_fsx() {
+    local bin="$UVFS_TOOLS/fsx/bin/fsx"
+    if [ ! -x "$bin" ]; then
+        log "cargo install fsx 0.3.2"
+        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_TOOLS/fsx" >&2
+    fi
+    echo "$bin"
+}
+
 # install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into
 # $UVFS_TOOLS/virtiofsd once); prints its path.
 install_virtiofsd() {

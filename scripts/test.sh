@@ -7,7 +7,7 @@
 #   (tests/protocol), the daemon as a process (tests/cli: command line, control socket, life
 #   cycle, confinement, syslog) and the differential tests against a real mergerfs mount
 #   (tests/mergerfs) and the union mounted on the host through /dev/fuse (tests/host, with
-#   pjdfstest, installed here by cargo if absent). A few minutes once the dependencies are
+#   pjdfstest and fsx, installed here by cargo if absent). A few minutes once the dependencies are
 #   built.
 # Without --quick, the full suite (.ci/run calls this): the release build as it ships (static,
 #   whole-program LTO) checked for how it is linked, its Debian package installed and serving
@@ -51,8 +51,10 @@ timed() {
 }
 
 timed install-deps scripts/install-deps.sh
-# The POSIX conformance suite, run on the host mount (tests/host/pjdfstest.rs) in both tiers.
+# The POSIX conformance suite and fsx, run on the host mount (tests/host/pjdfstest.rs,
+# fsx.rs) in both tiers.
 timed pjdfstest install_pjdfstest >/dev/null
+timed fsx install_fsx >/dev/null
 if [ $quick -eq 0 ]; then
     timed "guest kernel (bookworm-backports)" scripts/fetch-kernel.sh >/dev/null
     # A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.

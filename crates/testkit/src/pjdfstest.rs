@@ -5,28 +5,9 @@
 use std::path::PathBuf;
 
 /// The suite's binary: `$PJDFSTEST`, else `$UVFS_TOOLS/pjdfstest/bin/pjdfstest` as
-/// scripts/lib.sh names it. Panics, saying how to install it, when there is none.
+/// scripts/lib.sh's `install_pjdfstest` installs it.
 pub fn binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("PJDFSTEST") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("UVFS_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("union-virtiofsd"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/union-virtiofsd"))
-        })
-        .expect("HOME is set");
-    let bin = cache.join("tools/pjdfstest/bin/pjdfstest");
-    assert!(
-        bin.is_file(),
-        "no pjdfstest at {}: scripts/test.sh --quick installs it (cargo install --locked \
-         pjdfstest --version 0.2.2 --root <cache>/tools/pjdfstest)",
-        bin.display()
-    );
-    bin
+    crate::bin::tool("pjdfstest")
 }
 
 /// What one suite run reported.
