@@ -9,16 +9,10 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-version=0.2.2
-root="$UVFS_TOOLS/pjdfstest"
-bin="$root/bin/pjdfstest"
 out="$UVFS_GUEST_CACHE/pjdfstest.cpio"
 conf="$UVFS_ROOT/qemu/pjdfstest"
 
-if ! [ -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -q "$version"; then
-    log "cargo install pjdfstest $version"
-    cargo install --quiet --locked pjdfstest --version "$version" --root "$root" >&2
-fi
+bin=$(install_pjdfstest)
 
 key=$(cache_key "$0" "$bin" /usr/bin/sleep "$conf"/*)
 if cache_fresh "$out" "$key"; then

@@ -35,10 +35,7 @@ elif [ "${1:-}" = fio ]; then
     progs=(/usr/bin/fio)
 elif [ "${1:-}" = fsx ]; then
     out="$UVFS_GUEST_CACHE/fsx.cpio"
-    fsx="$UVFS_TOOLS/fsx/bin/fsx"
-    if [ ! -x "$fsx" ]; then
-        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_TOOLS/fsx" >&2
-    fi
+    fsx=$(install_fsx)
     progs=("$fsx")
     inputs+=("$UVFS_ROOT/qemu/fsx-all.toml" "$UVFS_ROOT/qemu/fsx-odirect.c")
 else

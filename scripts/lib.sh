@@ -120,6 +120,30 @@ pack_cpio() {
     mv "$2.tmp" "$2"
 }
 
+# install_pjdfstest: the POSIX conformance suite pjdfstest (the Rust port, pinned), built by
+# cargo into $UVFS_TOOLS/pjdfstest once (testkit::pjdfstest finds it there); prints its path.
+PJDFSTEST_VERSION=0.2.2
+install_pjdfstest() {
+    local bin="$UVFS_TOOLS/pjdfstest/bin/pjdfstest"
+    if ! [ -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -q "$PJDFSTEST_VERSION"; then
+        log "cargo install pjdfstest $PJDFSTEST_VERSION"
+        cargo install --quiet --locked pjdfstest --version "$PJDFSTEST_VERSION" \
+            --root "$UVFS_TOOLS/pjdfstest" >&2
+    fi
+    echo "$bin"
+}
+
+# install_fsx: the data-integrity exerciser fsx (pinned), built by cargo into $UVFS_TOOLS/fsx
+# once (testkit::bin::tool finds it there); prints its path.
+install_fsx() {
+    local bin="$UVFS_TOOLS/fsx/bin/fsx"
+    if [ ! -x "$bin" ]; then
+        log "cargo install fsx 0.3.2"
+        cargo install --quiet --locked fsx --version 0.3.2 --root "$UVFS_TOOLS/fsx" >&2
+    fi
+    echo "$bin"
+}
+
 # install_virtiofsd: virtiofsd 1.14, the reference daemon (cargo install'ed into
 # $UVFS_TOOLS/virtiofsd once); prints its path.
 install_virtiofsd() {

@@ -6,7 +6,9 @@
 #   filesystem-level tests (tests/fs), the protocol tests over the vhost-user socket
 #   (tests/protocol), the daemon as a process (tests/cli: command line, control socket, life
 #   cycle, confinement, syslog) and the differential tests against a real mergerfs mount
-#   (tests/mergerfs). A few minutes once the dependencies are built.
+#   (tests/mergerfs) and the union mounted on the host through /dev/fuse (tests/host, with
+#   pjdfstest and fsx, installed here by cargo if absent). A few minutes once the dependencies are
+#   built.
 # Without --quick, the full suite (.ci/run calls this): the release build as it ships (static,
 #   whole-program LTO) checked for how it is linked, its Debian package installed and serving
 #   a guest (scripts/check-package.sh), the fuzzers' short fixed-seed pass, the quick tier, and
@@ -31,7 +33,7 @@ if [ "${1:-}" = --quick ]; then
 fi
 
 # The tiers' test targets (Cargo.toml's workspace; tests/<name>/main.rs).
-quick_targets=(--workspace --lib --bins --examples --test fs --test protocol --test cli --test mergerfs)
+quick_targets=(--workspace --lib --bins --examples --test fs --test protocol --test cli --test mergerfs --test host)
 guest_targets=(--workspace --test guest)
 
 steps=$(mktemp)
@@ -49,6 +51,10 @@ timed() {
 }
 
 timed install-deps scripts/install-deps.sh
+# The POSIX conformance suite and fsx, run on the host mount (tests/host/pjdfstest.rs,
+# fsx.rs) in both tiers.
+timed pjdfstest install_pjdfstest >/dev/null
+timed fsx install_fsx >/dev/null
 if [ $quick -eq 0 ]; then
     timed "guest kernel (bookworm-backports)" scripts/fetch-kernel.sh >/dev/null
     # A >= 6.13 kernel (fs.fuse.max_pages_limit) for the test of requests beyond 256 pages.

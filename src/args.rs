@@ -590,6 +590,15 @@ pub enum Command {
     /// either. Values are printed on stdout, one per line; any error is one line on stderr and
     /// exit status 2.
     Ctl(CtlArgs),
+    /// Mount the union on the host at MOUNTPOINT through /dev/fuse (as mergerfs does), with
+    /// the daemon's branch, `-o` and `--config` options; runs until it is unmounted.
+    ///
+    /// Needs root. mergerfs's generic mount options apply: `allow_other` (default as root),
+    /// `default_permissions` (default; `-o kernel-permissions-check=false` turns it off),
+    /// `nonempty`, `fsname=`, `ro`, `noexec`, `noatime`, `suid`, `dev`. `umount MOUNTPOINT`
+    /// (or SIGTERM/SIGINT, which detach it) ends it; a bad command line or mount point is
+    /// one line on stderr and exit status 2.
+    Mount(MountArgs),
     /// Print the man page (roff, section 1) on standard output.
     Man,
     /// Print SHELL's completion script on standard output.
@@ -598,6 +607,14 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// The command line of `union-virtiofsd mount` besides the daemon's options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct MountArgs {
+    /// The directory the union is mounted on.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
 }
 
 /// The command line of `union-virtiofsd ctl` (the host's control client).

@@ -1,10 +1,13 @@
-//! The command line, parsed once: `union-virtiofsd [OPTIONS]` serves, `union-virtiofsd
-//! COMMAND …` runs one of the host's tools (`ctl`, `man`, `completions`) and ends. A bad
-//! command line is one line on stderr and exit status 2. Never exits by itself (`main` does).
+//! The command line, parsed once: `union-virtiofsd [OPTIONS]` serves, `union-virtiofsd mount
+//! MOUNTPOINT [OPTIONS]` serves the same options on a host mount, `union-virtiofsd COMMAND …`
+//! runs one of the host's tools (`ctl`, `man`, `completions`) and ends. A bad command line is
+//! one line on stderr and exit status 2. Never exits by itself (`main` does).
 
 use std::ffi::OsString;
 use std::io::{self, Write};
+use std::path::PathBuf;
 
+use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
 use crate::args::{Args, Command};
@@ -16,6 +19,13 @@ pub const EXIT_USAGE: u8 = 2;
 pub enum Parsed {
     /// Serve with these options.
     Serve(Box<Args>),
+    /// Mount the union on the host at `mountpoint` with these options.
+    Mount {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// The options (no vhost-only one is given).
+        args: Box<Args>,
+    },
     /// Done (help, version, a tool command, or a bad command line): exit with this status.
     Exit(u8),
 }
@@ -29,8 +39,41 @@ pub fn command() -> clap::Command {
 /// The whole command, its union options' list wrapped to `width` columns (the man page's
 /// is fixed, so that it does not depend on where it was made).
 pub fn command_for(width: usize) -> clap::Command {
-    Args::command().after_long_help(crate::config::registry::help_text(width))
+    let help = crate::config::registry::help_text(width);
+    let top = Args::command();
+    // `mount` takes the daemon's options (parsed into the same `Args`); the vhost-only ones
+    // stay known to it but hidden, and are refused when given (see `parse`).
+    let options: Vec<clap::Arg> = top
+        .get_arguments()
+        .map(|a| match VHOST_ONLY.contains(&a.get_id().as_str()) {
+            true => a.clone().hide(true),
+            false => a.clone(),
+        })
+        .collect();
+    let mount_help = help.clone();
+    top.after_long_help(help)
+        .mut_subcommand("mount", |m| m.args(options).after_long_help(mount_help))
 }
+
+/// The daemon's options that only a vhost-user device has: `mount` refuses them.
+const VHOST_ONLY: &[&str] = &[
+    "socket_path",
+    "fd",
+    "socket",
+    "socket_group",
+    "tag",
+    "num_request_queues",
+    "print_capabilities",
+    "release_guest_memory",
+    "upgrade",
+    "migration_mode",
+    "migration_on_error",
+    "migration_verify_handles",
+    "migration_confirm_paths",
+    "uid_map",
+    "gid_map",
+    "sandbox",
+];
 
 /// The width `--help` is wrapped to: `COLUMNS`, else the terminal's, at most 100 (clap's).
 fn help_width() -> usize {
@@ -47,8 +90,12 @@ pub fn parse(argv: Vec<OsString>) -> Parsed {
     let tool = argv
         .get(1)
         .and_then(|a| a.to_str())
-        .filter(|a| *a == "ctl")
-        .map_or("union-virtiofsd", |_| "union-virtiofsd ctl");
+        .and_then(|a| match a {
+            "ctl" => Some("union-virtiofsd ctl"),
+            "mount" => Some("union-virtiofsd mount"),
+            _ => None,
+        })
+        .unwrap_or("union-virtiofsd");
     let matches = match command().try_get_matches_from(argv) {
         Ok(m) => m,
         Err(e) if !e.use_stderr() => {
@@ -70,6 +117,32 @@ pub fn parse(argv: Vec<OsString>) -> Parsed {
     };
     match &args.command {
         None => Parsed::Serve(Box::new(args)),
+        Some(Command::Mount(m)) => {
+            let Some((_, sub)) = matches.subcommand() else {
+                return Parsed::Exit(EXIT_USAGE);
+            };
+            if let Some(id) = VHOST_ONLY
+                .iter()
+                .find(|id| sub.value_source(id) == Some(ValueSource::CommandLine))
+            {
+                let flag = format!("--{}", id.replace('_', "-"));
+                let _ = writeln!(
+                    io::stderr(),
+                    "{tool}: {flag} is a vhost-user daemon option, not a mount's (see --help)"
+                );
+                return Parsed::Exit(EXIT_USAGE);
+            }
+            match Args::from_arg_matches(sub) {
+                Ok(args) => Parsed::Mount {
+                    mountpoint: m.mountpoint.clone(),
+                    args: Box::new(args),
+                },
+                Err(e) => {
+                    let _ = writeln!(io::stderr(), "{tool}: {}", usage_error(&e));
+                    Parsed::Exit(EXIT_USAGE)
+                }
+            }
+        }
         Some(Command::Ctl(ctl)) => Parsed::Exit(crate::ctl::cli::run(ctl)),
         Some(Command::Man) => Parsed::Exit(crate::docs::print(crate::docs::man_page())),
         Some(Command::Completions { shell }) => {

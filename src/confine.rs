@@ -161,9 +161,9 @@ pub fn filter(c: &Confinement) -> std::io::Result<()> {
     use crate::sys::seccomp::{install, Mismatch};
     match c.seccomp {
         SeccompAction::None => Ok(()),
-        SeccompAction::Kill => install(Mismatch::Kill, c.file_handles),
-        SeccompAction::Log => install(Mismatch::Log, c.file_handles),
-        SeccompAction::Trap => install(Mismatch::Trap, c.file_handles),
+        SeccompAction::Kill => install(Mismatch::Kill, c.file_handles, c.unmount),
+        SeccompAction::Log => install(Mismatch::Log, c.file_handles, c.unmount),
+        SeccompAction::Trap => install(Mismatch::Trap, c.file_handles, c.unmount),
     }
 }
 

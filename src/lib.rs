@@ -1,5 +1,5 @@
 //! union-virtiofsd: a vhost-user virtio-fs device backend serving a mergerfs-style union of host
-//! directories. Layers: `args → config → vhost → fuse → fs → union → sys`; only `sys` may use `unsafe`.
+//! directories. Layers: `args → config → vhost | fusedev → fuse → fs → union → sys`; only `sys` may use `unsafe`.
 
 pub mod args;
 pub mod cli;
@@ -9,6 +9,7 @@ pub mod ctl;
 pub mod docs;
 pub mod fs;
 pub mod fuse;
+pub mod fusedev;
 pub mod logging;
 pub mod sync;
 pub mod sys;

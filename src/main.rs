@@ -29,6 +29,9 @@ fn main() -> ExitCode {
     union_virtiofsd::sys::mem::configure();
     let args = match union_virtiofsd::cli::parse(std::env::args_os().collect()) {
         union_virtiofsd::cli::Parsed::Serve(args) => *args,
+        union_virtiofsd::cli::Parsed::Mount { mountpoint, args } => {
+            return mount(mountpoint, &args)
+        }
         union_virtiofsd::cli::Parsed::Exit(status) => return ExitCode::from(status),
     };
     if args.print_capabilities {
@@ -158,6 +161,29 @@ fn main() -> ExitCode {
         Err(e) => {
             error!("{e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `union-virtiofsd mount`: the union on the host at `mountpoint` until it is unmounted.
+fn mount(mountpoint: std::path::PathBuf, args: &union_virtiofsd::args::Args) -> ExitCode {
+    let level = union_virtiofsd::config::early_log_level(args);
+    union_virtiofsd::logging::init(level, args.syslog);
+    let cfg = match union_virtiofsd::config::mount::MountConfig::new(mountpoint, args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match union_virtiofsd::fusedev::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            match e.is_bad_input() {
+                true => ExitCode::from(EXIT_USAGE),
+                false => ExitCode::FAILURE,
+            }
         }
     }
 }

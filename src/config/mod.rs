@@ -5,8 +5,10 @@
 //! opened later by `fs`.
 
 pub mod ignored;
+pub mod mount;
 pub mod registry;
 pub mod runtime;
+pub mod shared;
 mod summary;
 pub mod virtiofsd;
 
@@ -23,6 +25,7 @@ use crate::fs::FsConfig;
 use crate::union::Branch;
 use crate::vhost::{DaemonConfig, Listen, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT};
 use registry::Settings;
+use shared::Shared;
 
 /// Largest accepted `--thread-pool-size`.
 pub const MAX_THREAD_POOL_SIZE: usize = 1024;
@@ -148,6 +151,8 @@ pub struct Confinement {
     /// Nodes may use file handles: keep CAP_DAC_READ_SEARCH (open_by_handle_at) and allow
     /// the two handle calls through seccomp.
     pub file_handles: bool,
+    /// A host mount: allow umount2 through seccomp (it detaches itself on SIGTERM).
+    pub unmount: bool,
 }
 
 /// The checked configuration of one daemon run.
@@ -186,59 +191,8 @@ impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
-        let mut settings = union_settings(&args)?;
-        let mut notes = std::mem::take(&mut settings.notes);
-        let legacy = settings.virtiofsd.clone();
-        apply_virtiofsd(&args, &legacy, &mut settings, &mut notes)?;
-        let socket_path = args.socket_path.clone().or(args.socket.clone());
-        let listen = match (socket_path, args.fd) {
-            (Some(_), Some(_)) => return Err(ConfigError::TwoListeners),
-            (None, None) => return Err(ConfigError::NoListener),
-            (Some(p), None) => Listen::Path(p),
-            (None, Some(fd)) => {
-                crate::sys::fd::check_listening_socket(fd)
-                    .map_err(|source| ConfigError::BadFd { fd, source })?;
-                Listen::Fd(fd)
-            }
-        };
-
-        let listen2 = listen.clone();
-        if let (Some(dir), Some(source)) = (&args.shared_dir, &legacy.source) {
-            let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or(p.to_owned());
-            if real(dir) != real(source) {
-                // Only one of them would be served, the other dropped without a word.
-                return Err(ConfigError::Contradicts {
-                    first: "--shared-dir",
-                    second: "-o source=",
-                    why: "they name different directories as the shared directory",
-                });
-            }
-        }
-        let mut branches = Vec::new();
-        if let Some(dir) = args.shared_dir.clone().or(legacy.source.clone()) {
-            branches.push(crate::union::Branch {
-                path: dir,
-                mode: crate::union::BranchMode::RW,
-                min_free: None,
-            });
-        }
-        branches.extend(args.branches.clone().map(|l| l.0).unwrap_or_default());
-        branches.extend(args.branch.clone());
-        if branches.is_empty() {
-            branches = settings.branches.clone();
-        }
-        let mut branches = expand_globs(branches)?;
-        if branches.is_empty() {
-            return Err(ConfigError::NoBranches);
-        }
-        check_branches_differ(&branches)?;
-        check_contradictions(&args, &settings)?;
-        if args.readonly || settings.readonly == Some(true) {
-            // The whole share is read-only: every branch is RO, so every change is EROFS.
-            for b in &mut branches {
-                b.mode = crate::union::BranchMode::RO;
-            }
-        }
+        let shared = Shared::new(&args, &[])?;
+        let listen = listen_of(&args)?;
         if let Some(tag) = &args.tag {
             if tag.is_empty() || tag.len() > 36 {
                 return Err(ConfigError::Tag(tag.clone()));
@@ -251,96 +205,52 @@ impl TryFrom<Args> for Config {
             ),
             None => None,
         };
-
-        let max_pages = u16::try_from(args.max_pages)
-            .ok()
-            .filter(|p| (1..=MAX_PAGES_LIMIT).contains(p))
-            .ok_or(ConfigError::MaxPages(args.max_pages))?;
-        let max_write = Some(args.max_write)
-            .filter(|w| w % 4096 == 0 && (4096..=MAX_WRITE_LIMIT).contains(w))
-            .ok_or(ConfigError::MaxWrite(args.max_write))?;
         let num_request_queues = u16::try_from(args.num_request_queues)
             .ok()
             .filter(|q| (1..=MAX_REQUEST_QUEUES as u16).contains(q))
             .ok_or(ConfigError::RequestQueues(args.num_request_queues))?;
-        let thread_pool_size = args.thread_pool_size.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        });
-        if thread_pool_size > MAX_THREAD_POOL_SIZE {
-            return Err(ConfigError::ThreadPoolSize(thread_pool_size));
-        }
-
-        let posix_acl = args
-            .posix_acl
-            .or(legacy.posix_acl)
-            .unwrap_or(NegotiationMode::Never);
-        let translating = !args.translate_uid.is_empty() || !args.translate_gid.is_empty();
-        if translating && posix_acl != NegotiationMode::Never {
-            return Err(ConfigError::TranslateWithAcl(posix_acl));
-        }
-        if args.migration_mode == Some(MigrationMode::FileHandles) {
-            if args.migration_verify_handles {
-                return Err(ConfigError::MigrationFlag("--migration-verify-handles"));
-            }
-            if args.migration_confirm_paths {
-                return Err(ConfigError::MigrationFlag("--migration-confirm-paths"));
-            }
-        }
-        let mut migration = migration(&args);
-        migration.export.handles_allowed = settings.opts.file_handles
-            != crate::fs::options::FileHandles::Never
-            || migration.export.find_by == FindBy::FileHandles
-            || migration.export.verify_handles;
-        let confinement = Confinement {
-            sandbox: args
-                .sandbox
-                .or(legacy.sandbox)
-                .unwrap_or(SandboxMode::Namespace),
-            seccomp: args.seccomp.unwrap_or(SeccompAction::Kill),
-            modcaps: args.modcaps.clone().or(legacy.modcaps.clone()),
-            uid_map: args.uid_map.clone(),
-            gid_map: args.gid_map.clone(),
-            translate_uid: args.translate_uid.clone(),
-            translate_gid: args.translate_gid.clone(),
-            keep_sys_admin: settings.opts.cow,
-            file_handles: migration.export.handles_allowed,
+        let upgrade = match (&args.upgrade, &listen) {
+            (None, _) => None,
+            (Some(p), Listen::Path(_)) => Some(p.clone()),
+            (Some(_), Listen::Fd(_)) => return Err(ConfigError::UpgradeWithFd),
         };
-        check_sandbox(&confinement, rustix::process::geteuid().is_root())?;
         Ok(Config {
-            log_level: early_log_level(&args),
+            log_level: shared.log_level,
             daemon: DaemonConfig {
                 listen,
-                thread_pool_size,
-                max_pages,
-                max_write,
+                thread_pool_size: shared.thread_pool_size,
+                max_pages: shared.max_pages,
+                max_write: shared.max_write,
                 num_request_queues,
                 tag: args.tag.clone(),
                 socket_group,
-                ctl_socket: args.ctl_socket.clone().or(settings.ctl_socket.clone()),
+                ctl_socket: shared.ctl_socket,
                 allow_mmap: args.allow_mmap,
-                migration,
+                migration: shared.migration,
                 release_guest_memory: args.release_guest_memory,
-                upgrade: match (&args.upgrade, &listen2) {
-                    (None, _) => None,
-                    (Some(p), Listen::Path(_)) => Some(p.clone()),
-                    (Some(_), Listen::Fd(_)) => return Err(ConfigError::UpgradeWithFd),
-                },
+                upgrade,
             },
-            fs: FsConfig {
-                branches,
-                opts: settings.opts,
-                ids: crate::fs::Ids {
-                    uid: id_map(&args.translate_uid)?,
-                    gid: id_map(&args.translate_gid)?,
-                },
-            },
-            confinement,
+            fs: shared.fs,
+            confinement: shared.confinement,
             rlimit_nofile: args.rlimit_nofile,
-            notes,
+            notes: shared.notes,
             config_file: args.config.clone(),
         })
+    }
+}
+
+/// Where the vhost-user daemon listens: `--socket-path` (or virtiofsd's `--socket`) or `--fd`.
+fn listen_of(args: &Args) -> Result<Listen, ConfigError> {
+    let socket_path = args.socket_path.clone().or(args.socket.clone());
+    match (socket_path, args.fd) {
+        (Some(_), Some(_)) => Err(ConfigError::TwoListeners),
+        (None, None) => Err(ConfigError::NoListener),
+        (Some(p), None) => Ok(Listen::Path(p)),
+        (None, Some(fd)) => {
+            crate::sys::fd::check_listening_socket(fd)
+                .map_err(|source| ConfigError::BadFd { fd, source })?;
+            Ok(Listen::Fd(fd))
+        }
     }
 }
 
@@ -563,8 +473,11 @@ fn xattrmap(
 }
 
 /// Applies, in order, the --config file, every -o list and the typed flags to the defaults.
-fn union_settings(args: &Args) -> Result<Settings, ConfigError> {
+fn union_settings(args: &Args, defaults: &[(&str, &str)]) -> Result<Settings, ConfigError> {
     let mut s = Settings::default();
+    for (key, value) in defaults {
+        s.apply(key, value)?;
+    }
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadConfig {
             path: path.clone(),

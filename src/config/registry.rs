@@ -78,6 +78,9 @@ pub struct Settings {
     pub ctl_socket: Option<std::path::PathBuf>,
     /// One line per ignored option named (`NAME: why`), each once, for the start's log.
     pub notes: Vec<String>,
+    /// The generic mount options named (normalized name, value), in order: ignored by the
+    /// vhost-user daemon, honoured (some of them) by a host mount (`union-virtiofsd mount`).
+    pub mount: Vec<(String, String)>,
     /// How many `config=` files are being read (inside one another).
     depth: usize,
 }
@@ -320,6 +323,7 @@ impl Settings {
         let name = normalize(key);
         if let Some((_, why)) = super::ignored::find(&name) {
             self.note(format!("{}: {why}", key.trim()));
+            self.mount.push((name, value.trim().to_owned()));
             return Ok(());
         }
         if let Some(f) = name.strip_prefix("func.") {

@@ -118,8 +118,20 @@ pub fn options_page() -> String {
         let _ = writeln!(out, "| `{}` | {} |", cell(&usage), cell(&what));
     }
 
+    let mount = daemon.find_subcommand("mount").expect("mount is a command");
+    let _ = write!(
+        out,
+        "\n## `union-virtiofsd mount`\n\n{}\n\n`union-virtiofsd mount MOUNTPOINT [OPTIONS]` takes \
+         the options above except the vhost-user device's own (`--socket-path`, `--fd`, \
+         `--socket-group`, `--tag`, queues, migration, upgrade, sandbox).\n",
+        text(mount.get_long_about().or(mount.get_about()))
+    );
+
     out.push_str("\n## Documentation the binary prints\n\n| command | what it does |\n|---|---|\n");
-    for sub in daemon.get_subcommands().filter(|s| s.get_name() != "ctl") {
+    for sub in daemon
+        .get_subcommands()
+        .filter(|s| !["ctl", "mount"].contains(&s.get_name()))
+    {
         let mut usage = format!("union-virtiofsd {}", sub.get_name());
         let mut what = text(sub.get_about());
         for a in sub.get_arguments().filter(|a| a.is_positional()) {

@@ -8,6 +8,7 @@ pub mod creds;
 pub mod fd;
 pub mod file;
 pub mod files;
+pub mod fusedev;
 pub mod handle;
 pub mod limits;
 pub mod lock;

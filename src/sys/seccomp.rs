@@ -148,21 +148,31 @@ const ALLOWED: &[libc::c_long] = &[
 /// The calls of nodes that use file handles, allowed only then.
 const FILE_HANDLES: &[libc::c_long] = &[libc::SYS_name_to_handle_at, libc::SYS_open_by_handle_at];
 
-/// The system calls allowed: [`ALLOWED`], and the file-handle calls when `file_handles`.
-fn allowlist(file_handles: bool) -> Vec<libc::c_long> {
-    let extra = if file_handles { FILE_HANDLES } else { &[] };
-    ALLOWED.iter().chain(extra).copied().collect()
+/// The call a host mount makes to detach itself on SIGTERM, allowed only then.
+const UNMOUNT: &[libc::c_long] = &[libc::SYS_umount2];
+
+/// The system calls allowed: [`ALLOWED`], the file-handle calls when `file_handles`, and
+/// umount2 when `unmount`.
+fn allowlist(file_handles: bool, unmount: bool) -> Vec<libc::c_long> {
+    let handles = if file_handles { FILE_HANDLES } else { &[] };
+    let unmounts = if unmount { UNMOUNT } else { &[] };
+    ALLOWED
+        .iter()
+        .chain(handles)
+        .chain(unmounts)
+        .copied()
+        .collect()
 }
 
 /// Installs the filter on the calling thread (threads started later inherit it), with the
-/// file-handle calls when `file_handles`.
-pub fn install(mismatch: Mismatch, file_handles: bool) -> io::Result<()> {
+/// file-handle calls when `file_handles` and umount2 when `unmount` (a host mount).
+pub fn install(mismatch: Mismatch, file_handles: bool, unmount: bool) -> io::Result<()> {
     let action = match mismatch {
         Mismatch::Kill => SeccompAction::KillProcess,
         Mismatch::Log => SeccompAction::Log,
         Mismatch::Trap => SeccompAction::Trap,
     };
-    let rules = allowlist(file_handles)
+    let rules = allowlist(file_handles, unmount)
         .into_iter()
         .map(|n| (n, Vec::new()))
         .collect::<BTreeMap<_, _>>();
@@ -193,9 +203,11 @@ mod tests {
     #[test]
     fn file_handle_calls_are_allowed_only_with_file_handles() {
         for call in [libc::SYS_name_to_handle_at, libc::SYS_open_by_handle_at] {
-            assert!(!allowlist(false).contains(&call));
-            assert!(allowlist(true).contains(&call));
+            assert!(!allowlist(false, false).contains(&call));
+            assert!(allowlist(true, false).contains(&call));
         }
-        assert_eq!(allowlist(true).len(), ALLOWED.len() + 2);
+        assert_eq!(allowlist(true, false).len(), ALLOWED.len() + 2);
+        assert!(!allowlist(true, false).contains(&libc::SYS_umount2));
+        assert!(allowlist(false, true).contains(&libc::SYS_umount2));
     }
 }

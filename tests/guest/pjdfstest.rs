@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use testkit::guest;
 use testkit::guest::{Backend, Guest, Mode};
+use testkit::pjdfstest::{parse, plain, Summary};
 use testkit::tmpfs::Tmpfs;
 
 /// Cases the suite itself skips in this guest, by name prefix, with the reason it prints.
@@ -21,88 +22,6 @@ const EXPECTED_SKIPS: &[(&str, &str)] = &[("link::link_count_max", "LINK_MAX")];
 /// cache mode). A failure of one of these is rerun three times on its own, and all three must
 /// pass.
 const RACY: &[&str] = &["open::etxtbsy"];
-
-/// What one suite run reported.
-#[derive(Debug)]
-struct Summary {
-    failed: u32,
-    skipped: u32,
-    passed: u32,
-    total: u32,
-    failures: Vec<String>,
-    skips: Vec<String>,
-}
-
-/// `line` without ANSI colour sequences (the suite colours its output).
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ params letter
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn parse(lines: &[String]) -> Summary {
-    let lines: Vec<String> = lines.iter().map(|l| plain(l)).collect();
-    let num = |line: &str, word: &str| -> u32 {
-        line.split(',')
-            .find_map(|part| {
-                part.trim()
-                    .strip_suffix(word)?
-                    .trim()
-                    .rsplit(' ')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no '{word}' count in {line:?}"))
-    };
-    let summary = lines
-        .iter()
-        .find(|l| l.starts_with("Summary:"))
-        .unwrap_or_else(|| {
-            panic!(
-                "no summary line in the suite's output:\n{}",
-                lines.join("\n")
-            )
-        });
-    let mut failures = Vec::new();
-    let mut skips = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        let l = l.trim_end();
-        if l.ends_with("FAILED") {
-            let why = lines.get(i + 1).map(|s| s.trim()).unwrap_or_default();
-            failures.push(format!(
-                "{} ({why})",
-                l.split_whitespace().next().unwrap_or(l)
-            ));
-        } else if l.ends_with("skipped") {
-            let why = lines.get(i + 1).map(|s| s.trim()).unwrap_or_default();
-            skips.push(format!(
-                "{}: {why}",
-                l.split_whitespace().next().unwrap_or(l)
-            ));
-        }
-    }
-    Summary {
-        failed: num(summary, "failed"),
-        skipped: num(summary, "skipped"),
-        passed: num(summary, "passed"),
-        total: num(summary, "total"),
-        failures,
-        skips,
-    }
-}
 
 /// The suite in a guest over `branches`, the daemon started with `-o minfreespace=1M,` and
 /// `opts`.

@@ -1,6 +1,8 @@
-//! Differential tests: each scenario runs on a real mergerfs 2.33 FUSE mount and through our
-//! `UnionFs`, each over fresh tmpfs branches, and the outcomes (per-operation results and errnos,
-//! what every branch holds afterwards) must be identical. Needs root, mergerfs and fuse3
+//! Differential tests: each scenario runs on a real mergerfs 2.33 FUSE mount, through our
+//! `UnionFs`, and on our daemon mounted on the host the same way (`union-virtiofsd mount`,
+//! operation by operation through the kernel), each over fresh tmpfs branches, and the
+//! outcomes (per-operation results and errnos, what every branch holds afterwards) must be
+//! identical. Needs root, mergerfs and fuse3
 //! (`apt-get install -y mergerfs fuse3`); a missing mergerfs fails, it never skips.
 //!
 //! The `runtime_*` tests make the same runtime change on both sides (mergerfs: setxattr of

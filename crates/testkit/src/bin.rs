@@ -26,3 +26,33 @@ pub fn daemon_path() -> PathBuf {
         )
     })
 }
+
+/// Where scripts/lib.sh installs the test tools (`$UVFS_TOOLS`): `$UVFS_CACHE/tools`, the cache
+/// being `$XDG_CACHE_HOME/union-virtiofsd` or `~/.cache/union-virtiofsd` by default.
+pub fn tools_dir() -> PathBuf {
+    let cache = std::env::var_os("UVFS_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("union-virtiofsd"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/union-virtiofsd"))
+        })
+        .expect("HOME is set");
+    cache.join("tools")
+}
+
+/// The tool `name` as scripts/lib.sh's `install_<name>` installs it (`$UVFS_TOOLS/<name>/bin/
+/// <name>`), or `$<NAME>` when set. Panics, saying how to install it, when it is missing.
+pub fn tool(name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(name.to_ascii_uppercase()) {
+        return PathBuf::from(p);
+    }
+    let bin = tools_dir().join(name).join("bin").join(name);
+    assert!(
+        bin.is_file(),
+        "no {name} at {}: scripts/test.sh --quick installs it (scripts/lib.sh's install_{name})",
+        bin.display()
+    );
+    bin
+}

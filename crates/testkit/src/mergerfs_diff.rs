@@ -1,7 +1,8 @@
-//! Differential harness: runs one scenario on a real mergerfs FUSE mount and through our
-//! `UnionFs`, each over fresh tmpfs branches, and records what can be compared (per-operation
-//! results with errno names, and what each branch holds afterwards). It never mounts anything
-//! outside its own temporary directories and never skips: a missing mergerfs is a failure.
+//! Differential harness: runs one scenario on a real mergerfs FUSE mount, through our
+//! `UnionFs`, and on our host mount (`mount_ops`), each over fresh tmpfs branches, and records
+//! what can be compared (per-operation results with errno names, and what each branch holds
+//! afterwards). It never mounts anything outside its own temporary directories and never
+//! skips: a missing mergerfs is a failure.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -783,6 +784,8 @@ pub enum Side {
     Mergerfs,
     /// Our `UnionFs` called directly.
     Ours,
+    /// Our daemon mounted on the host (`union-virtiofsd mount`), through the kernel as mergerfs.
+    Mount,
 }
 
 /// Sets the process umask to 0 once: in the guest the kernel applies the caller's umask and
@@ -838,6 +841,15 @@ pub fn run_side(sc: &Scenario, side: Side) -> Outcome {
             let fs = union_with(&specs, &options);
             (sc.run)(&mut trace, &UnionOps { fs, roots: &roots });
         }
+        Side::Mount => {
+            let specs: Vec<String> = roots
+                .iter()
+                .zip(sc.branches)
+                .filter(|(_, b)| !b.spare)
+                .map(|(r, b)| format!("{}={}", r.display(), b.mode))
+                .collect();
+            crate::mount_ops::with_mount(&options, &specs, &roots, |ops| (sc.run)(&mut trace, ops));
+        }
     }
     Outcome {
         trace: trace.0,
@@ -850,9 +862,15 @@ pub fn run_both(sc: &Scenario) -> (Outcome, Outcome) {
     (run_side(sc, Side::Mergerfs), run_side(sc, Side::Ours))
 }
 
-/// Runs `sc` on both sides and asserts the outcomes are identical.
+/// Runs `sc` on both sides, and on our host mount, and asserts the outcomes are identical.
 pub fn assert_same(name: &str, sc: &Scenario) -> Outcome {
     let (theirs, ours) = run_both(sc);
+    let mounted = run_side(sc, Side::Mount);
+    assert!(
+        theirs == mounted,
+        "{name}: outcome on our host mount differs (options {:?})\n--- mergerfs 2.33:\n{theirs}--- our mount:\n{mounted}",
+        sc.options
+    );
     if std::env::var_os("MERGERFS_DIFF_SHOW").is_some() {
         eprintln!(
             "{name} ({}):\n--- mergerfs 2.33:\n{theirs}--- ours:\n{ours}",

@@ -1,0 +1,100 @@
+//! The kernel's FUSE device and FUSE mounts: opening /dev/fuse, cloning a session's device
+//! descriptor for another reader thread, mounting and unmounting. Safe wrappers only; nothing
+//! here reads a request or knows the union.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+pub use rustix::mount::MountFlags;
+use rustix::mount::UnmountFlags;
+
+/// The FUSE device.
+pub const DEVICE: &str = "/dev/fuse";
+
+/// `FUSE_DEV_IOC_CLONE`, `_IOR(229, 0, uint32_t)`: attaches a fresh open of /dev/fuse to the
+/// session of the descriptor whose number it is given.
+const FUSE_DEV_IOC_CLONE: libc::c_ulong = (2 << 30) | (4 << 16) | (229 << 8);
+
+/// Opens the FUSE device for reading and writing (close-on-exec).
+pub fn open_device() -> io::Result<OwnedFd> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(DEVICE)?;
+    Ok(f.into())
+}
+
+/// A new descriptor of `session`'s FUSE connection: requests are read from either, and a
+/// reply goes back through the descriptor its request was read from.
+pub fn clone_device(session: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let fd = open_device()?;
+    let mut which: u32 = session.as_raw_fd() as u32;
+    // SAFETY: the ioctl reads one u32 through the pointer, which is valid for that read;
+    // the kernel checks both descriptors.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), FUSE_DEV_IOC_CLONE, &mut which as *mut u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Mounts a FUSE filesystem of type `fuse.<subtype>` served through `device` on
+/// `mountpoint`, with mount `flags` and the kernel's FUSE `options` (`rootmode=…,user_id=…`;
+/// `fd=` is added here) and `fsname` as its source (what mount(8) and /proc/mounts show).
+pub fn mount(
+    device: BorrowedFd<'_>,
+    mountpoint: &Path,
+    fsname: &str,
+    subtype: &str,
+    flags: MountFlags,
+    options: &str,
+) -> io::Result<()> {
+    let data = format!("fd={},{options}", device.as_fd().as_raw_fd());
+    let data =
+        std::ffi::CString::new(data).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fstype = format!("fuse.{subtype}");
+    rustix::mount::mount(fsname, mountpoint, fstype.as_str(), flags, data.as_c_str())
+        .map_err(io::Error::from)
+}
+
+/// Unmounts `mountpoint`; `lazy` detaches it now and lets it go once no file is open on it.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    let flags = if lazy {
+        UnmountFlags::DETACH
+    } else {
+        UnmountFlags::empty()
+    };
+    rustix::mount::unmount(mountpoint, flags).map_err(io::Error::from)
+}
+
+/// The kernel's ceiling on `max_pages` for FUSE mounts (`fs.fuse.max_pages_limit`, Linux 6.13;
+/// 256 before it was a setting).
+pub fn max_pages_limit() -> u32 {
+    std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(256)
+}
+
+/// Reads one request from `fd` into `buf`, returning its length.
+pub fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    rustix::io::read(fd, buf).map_err(io::Error::from)
+}
+
+/// Writes one whole reply to `fd` (the device takes a reply in one write or not at all).
+pub fn write_reply(fd: BorrowedFd<'_>, reply: &[u8]) -> io::Result<usize> {
+    rustix::io::write(fd, reply).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_clone_ioctl_is_ior_229_0_u32() {
+        // _IOR(229, 0, uint32_t) as <linux/fuse.h> spells it, for the host's ioctl encoding.
+        assert_eq!(super::FUSE_DEV_IOC_CLONE, 0x8004_e500);
+    }
+}
