@@ -12,7 +12,7 @@ mod filesystem;
 mod handshake;
 mod init;
 mod io;
-mod opcode;
+mod listing;
 #[cfg(test)]
 mod oracle_tests;
 mod own;
@@ -30,8 +30,8 @@ pub use init::{
     effective_max_pages, Negotiated, DEFAULT_MAX_WRITE, MAX_PAGES_LIMIT, MAX_WRITE_LIMIT,
 };
 pub use io::{OwnedRead, ReadJob};
-pub use opcode::{info, Cost, OpInfo};
 pub use reply::RequestError;
+pub use router::{info, Cost, OpInfo};
 pub use secctx::SecContext;
 pub use server::Server;
 pub use transport::{Plain, Transport};

@@ -16,8 +16,8 @@ use vm_memory::ByteValued;
 use super::body::Body;
 use super::buf::Cursor;
 use super::filesystem::{Request, ServedFs};
-use super::opcode::Opcode;
 use super::reply::{reply_io_error, reply_ok, RequestError};
+use super::router::Opcode;
 use super::server::Server;
 use crate::sys::abi::fuse::{SetxattrInExt, StatxOut, SETXATTR_EXT};
 

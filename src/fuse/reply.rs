@@ -4,7 +4,8 @@
 use std::io::{self, IoSlice, Write};
 use std::mem::size_of;
 
-use fuse_backend_rs::abi::fuse_abi::OutHeader;
+use fuse_backend_rs::abi::fuse_abi::{AttrOut, EntryOut, GetxattrOut, OutHeader};
+use fuse_backend_rs::api::filesystem::Entry;
 use vm_memory::ByteValued;
 
 /// Why one request failed without a reply having been written.
@@ -88,4 +89,61 @@ pub fn reply_io_error<W: Write + ?Sized>(
         .raw_os_error()
         .unwrap_or_else(|| fuse_backend_rs::encode_io_error_kind(err.kind()));
     reply_errno(w, unique, errno)
+}
+
+/// The reply to a call that returns nothing.
+pub(super) fn done<W: Write + ?Sized>(
+    w: &mut W,
+    unique: u64,
+    res: io::Result<()>,
+) -> Result<usize, RequestError> {
+    match res {
+        Ok(()) => reply_ok(w, unique, &[]),
+        Err(e) => reply_io_error(w, unique, &e),
+    }
+}
+
+/// The reply to a size query (GETXATTR, LISTXATTR with size 0).
+pub(super) fn count<W: Write + ?Sized>(
+    w: &mut W,
+    unique: u64,
+    size: u32,
+) -> Result<usize, RequestError> {
+    let out = GetxattrOut {
+        size,
+        ..Default::default()
+    };
+    reply_ok(w, unique, out.as_slice())
+}
+
+/// The reply to a call that returns a node (LOOKUP, MKDIR).
+pub(super) fn entry<W: Write + ?Sized>(
+    w: &mut W,
+    unique: u64,
+    res: io::Result<Entry>,
+) -> Result<usize, RequestError> {
+    match res {
+        Ok(e) => reply_ok(w, unique, EntryOut::from(e).as_slice()),
+        Err(e) => reply_io_error(w, unique, &e),
+    }
+}
+
+/// The reply to a call that returns attributes (GETATTR, SETATTR).
+pub(super) fn attr<W: Write + ?Sized>(
+    w: &mut W,
+    unique: u64,
+    res: io::Result<(fuse_backend_rs::abi::fuse_abi::stat64, std::time::Duration)>,
+) -> Result<usize, RequestError> {
+    match res {
+        Ok((st, valid)) => {
+            let out = AttrOut {
+                attr_valid: valid.as_secs(),
+                attr_valid_nsec: valid.subsec_nanos(),
+                dummy: 0,
+                attr: st.into(),
+            };
+            reply_ok(w, unique, out.as_slice())
+        }
+        Err(e) => reply_io_error(w, unique, &e),
+    }
 }

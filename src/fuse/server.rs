@@ -23,8 +23,8 @@ use super::buf::{Cursor, Remaining};
 use super::filesystem::{Request, ServedFs};
 use super::init::{self, Negotiated};
 use super::io::{self as request_io, ReadJob};
-use super::opcode::{self, Op};
 use super::reply::{reply_errno, reply_io_error, RequestError};
+use super::router::{self, Op};
 use super::secctx::{self, SecContext};
 use super::transport::{Plain, Transport};
 use super::waiters::Waiters;
@@ -175,7 +175,7 @@ impl<F: ServedFs> Server<F> {
         B: BitmapSlice,
         T: Transport<F, B>,
     {
-        let info = opcode::info(hdr.opcode);
+        let info = router::info(hdr.opcode);
         debug!(
             "unique={} opcode={} nodeid={} len={} uid={} pid={}",
             hdr.unique, hdr.opcode, hdr.nodeid, hdr.len, hdr.uid, hdr.pid
