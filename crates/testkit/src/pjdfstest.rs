@@ -98,3 +98,30 @@ pub fn parse(lines: &[String]) -> Summary {
         skips,
     }
 }
+
+/// The one case the suite may skip on a FUSE filesystem, and why: `link_count_max` needs a
+/// LINK_MAX that FUSE does not report.
+pub const EXPECTED_SKIPS: &[(&str, &str)] = &[("link::link_count_max", "LINK_MAX")];
+
+/// Asserts that a run of the whole suite (at least 398 cases) failed nothing and skipped
+/// nothing but [`EXPECTED_SKIPS`].
+pub fn check(s: &Summary) {
+    assert_eq!(
+        s.failed,
+        0,
+        "{} failing cases:\n  {}",
+        s.failures.len(),
+        s.failures.join("\n  ")
+    );
+    assert!(s.total >= 398 && s.passed + s.skipped == s.total, "{s:?}");
+    let unexpected: Vec<_> = s
+        .skips
+        .iter()
+        .filter(|k| {
+            !EXPECTED_SKIPS
+                .iter()
+                .any(|(name, why)| k.contains(name) && k.contains(why))
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "unexpected skips: {unexpected:#?}");
+}
