@@ -3,7 +3,8 @@
 //! Every case must pass. The 13 `*::erofs_*` cases remount the share read-only and back; they
 //! run in a second pass of their own (within the full run an earlier case leaves files open for
 //! writing, so the remount is busy with any backend) and must all pass there. The one case the
-//! suite skips, `link::link_count_max`, needs a LINK_MAX that FUSE does not report (`testkit::pjdfstest::EXPECTED_SKIPS`).
+//! suite skips, `link::link_count_max`, needs a LINK_MAX that FUSE does not report
+//! (`testkit::pjdfstest::EXPECTED_SKIPS`).
 //! Any other skip fails.
 
 use std::time::Duration;
@@ -12,8 +13,6 @@ use testkit::guest;
 use testkit::guest::{Backend, Guest, Mode};
 use testkit::pjdfstest::{check, parse, plain, Summary};
 use testkit::tmpfs::Tmpfs;
-
-/// Cases the suite itself skips in this guest, by name prefix, with the reason it prints.
 
 /// Cases that race inside the guest kernel, not in the daemon: `open::etxtbsy` opens a file
 /// for writing just after spawning it and expects ETXTBSY; about one run in 40 the open wins

@@ -18,8 +18,6 @@ use testkit::hostmount::HostMount;
 use testkit::pjdfstest::{binary, check, parse, Summary};
 use testkit::tmpfs::Tmpfs;
 
-/// Cases the suite skips on a FUSE mount, by name, with the reason it prints.
-
 /// The guest's suite configuration, passwd and group.
 fn conf_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("qemu/pjdfstest")
