@@ -73,6 +73,6 @@ impl UnionFs {
 
     /// The view a request beginning now sees (a control change replaces it whole).
     pub(crate) fn now(&self) -> Arc<View> {
-        self.current.load_full()
+        self.views.now()
     }
 }

@@ -6,7 +6,6 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
@@ -14,7 +13,6 @@ use super::branches::{Branches, Reuse, Root};
 use super::options::{FileHandles, Func, UnionOptions};
 use super::view::View;
 use super::{node, UnionFs};
-use crate::sync::LockRecover;
 use crate::sys::beneath;
 use crate::union::edit::{show, BranchEdit};
 use crate::union::Branch;
@@ -43,17 +41,17 @@ impl CtlError {
 impl UnionFs {
     /// The options requests see now.
     pub fn options(&self) -> UnionOptions {
-        self.current.load().opts.clone()
+        self.views.peek(|v| v.opts.clone())
     }
 
     /// The branches as configured now, in branch order.
     pub fn branch_list(&self) -> Vec<Branch> {
-        self.current.load().branches.specs().to_vec()
+        self.views.peek(|v| v.branches.specs().to_vec())
     }
 
     /// The ids of the branches now, in branch order (an id is never reused).
     pub fn branch_ids(&self) -> Vec<usize> {
-        self.current.load().branches.indices().collect()
+        self.views.peek(|v| v.branches.indices().collect())
     }
 
     /// Changes the options of every request that begins from now on with `change` (which
@@ -63,14 +61,13 @@ impl UnionFs {
         &self,
         change: impl FnOnce(&mut UnionOptions) -> Result<(), CtlError>,
     ) -> Result<(), CtlError> {
-        let _one = self.editing.locked();
-        let cur = self.current.load_full();
-        let mut opts = cur.opts.clone();
-        change(&mut opts)?;
-        let mut branches = cur.branches.clone();
-        branches.refloor(opts.minfreespace);
-        self.current.store(Arc::new(View { branches, opts }));
-        Ok(())
+        self.views.change(|cur| {
+            let mut opts = cur.opts.clone();
+            change(&mut opts)?;
+            let mut branches = cur.branches.clone();
+            branches.refloor(opts.minfreespace);
+            Ok((View { branches, opts }, ()))
+        })
     }
 
     /// Applies a branch edit: the branches it adds are `dirs` (opened by the caller, in the
@@ -86,100 +83,101 @@ impl UnionFs {
                 format!("{} directories for {} branches", dirs.len(), added.len()),
             ));
         }
-        let _one = self.editing.locked();
-        let cur = self.current.load_full();
-        let live: Vec<(usize, (u64, u64))> = cur
-            .branches
-            .roots()
-            .filter_map(|(id, r)| {
-                let st = beneath::stat_fd(r.as_fd()).ok()?;
-                Some((id, (st.st_dev, st.st_ino)))
-            })
-            .collect();
-        let mut dirs = dirs.into_iter();
-        let mut new = Vec::with_capacity(added.len());
-        for spec in added {
-            let fd = match dirs.next() {
-                Some(fd) => fd,
-                None => rustix::fs::open(
-                    &spec.path,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| {
-                    CtlError::new(e.raw_os_error(), format!("{}: {e}", spec.path.display()))
-                })?,
-            };
-            let st = beneath::stat_fd(fd.as_fd()).map_err(|e| {
-                CtlError::new(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!("{}: {e}", spec.path.display()),
-                )
-            })?;
-            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                return Err(CtlError::new(
-                    libc::ENOTDIR,
-                    format!("{}: not a directory", spec.path.display()),
-                ));
-            }
-            let key = (st.st_dev, st.st_ino);
-            let reuse = match live.iter().find(|(_, k)| *k == key) {
-                Some(&(id, _)) => Reuse::Id(id),
-                None => {
-                    if self.options().file_handles == FileHandles::Mandatory {
-                        node::probe_handles(fd.as_fd()).map_err(|e| {
-                            CtlError::new(
-                                libc::EINVAL,
-                                format!(
-                                    "{}: --inode-file-handles=mandatory, and its nodes cannot use file handles: {e}",
-                                    spec.path.display()
-                                ),
-                            )
-                        })?;
-                    }
-                    Reuse::New(Root {
-                        fd,
-                        dev: st.st_dev,
-                        path: spec.path.clone(),
-                        handle_mount: Default::default(),
-                    })
+        let (change, removed) = self.views.change(|cur| {
+            let live: Vec<(usize, (u64, u64))> = cur
+                .branches
+                .roots()
+                .filter_map(|(id, r)| {
+                    let st = beneath::stat_fd(r.as_fd()).ok()?;
+                    Some((id, (st.st_dev, st.st_ino)))
+                })
+                .collect();
+            let mut dirs = dirs.into_iter();
+            let mut new = Vec::with_capacity(added.len());
+            for spec in added {
+                let fd = match dirs.next() {
+                    Some(fd) => fd,
+                    None => rustix::fs::open(
+                        &spec.path,
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(|e| {
+                        CtlError::new(e.raw_os_error(), format!("{}: {e}", spec.path.display()))
+                    })?,
+                };
+                let st = beneath::stat_fd(fd.as_fd()).map_err(|e| {
+                    CtlError::new(
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!("{}: {e}", spec.path.display()),
+                    )
+                })?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    return Err(CtlError::new(
+                        libc::ENOTDIR,
+                        format!("{}: not a directory", spec.path.display()),
+                    ));
                 }
-            };
-            new.push((key, spec.clone(), reuse));
-        }
-        let current: Vec<_> = cur
-            .branches
-            .indices()
-            .zip(cur.branches.specs())
-            .map(|(id, spec)| {
-                let key = live.iter().find(|(i, _)| *i == id).map_or((0, 0), |l| l.1);
-                (key, spec.clone(), Reuse::Id(id))
-            })
-            .collect();
-        let next = edit
-            .apply(current, new, |(_, spec, _)| spec.path.as_path())
-            .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
-        let mut seen = std::collections::HashSet::new();
-        for (key, spec, _) in &next {
-            if !seen.insert(*key) {
-                return Err(CtlError::new(
-                    libc::EEXIST,
-                    format!("{}: already a branch of the union", spec.path.display()),
-                ));
+                let key = (st.st_dev, st.st_ino);
+                let reuse = match live.iter().find(|(_, k)| *k == key) {
+                    Some(&(id, _)) => Reuse::Id(id),
+                    None => {
+                        if self.options().file_handles == FileHandles::Mandatory {
+                            node::probe_handles(fd.as_fd()).map_err(|e| {
+                                CtlError::new(
+                                    libc::EINVAL,
+                                    format!(
+                                        "{}: --inode-file-handles=mandatory, and its nodes cannot use file handles: {e}",
+                                        spec.path.display()
+                                    ),
+                                )
+                            })?;
+                        }
+                        Reuse::New(Root {
+                            fd,
+                            dev: st.st_dev,
+                            path: spec.path.clone(),
+                            handle_mount: Default::default(),
+                        })
+                    }
+                };
+                new.push((key, spec.clone(), reuse));
             }
-        }
-        let next: Vec<(Branch, Reuse)> = next.into_iter().map(|(_, s, r)| (s, r)).collect();
-        let branches = cur.branches.edited(next, cur.opts.minfreespace);
-        let change = describe(&cur.branches, &branches);
-        let removed: Vec<usize> = cur
-            .branches
-            .indices()
-            .filter(|&id| !branches.is_live(id))
-            .collect();
-        self.current.store(Arc::new(View {
-            branches,
-            opts: cur.opts.clone(),
-        }));
+            let current: Vec<_> = cur
+                .branches
+                .indices()
+                .zip(cur.branches.specs())
+                .map(|(id, spec)| {
+                    let key = live.iter().find(|(i, _)| *i == id).map_or((0, 0), |l| l.1);
+                    (key, spec.clone(), Reuse::Id(id))
+                })
+                .collect();
+            let next = edit
+                .apply(current, new, |(_, spec, _)| spec.path.as_path())
+                .map_err(|e| CtlError::new(libc::EINVAL, e.to_string()))?;
+            let mut seen = std::collections::HashSet::new();
+            for (key, spec, _) in &next {
+                if !seen.insert(*key) {
+                    return Err(CtlError::new(
+                        libc::EEXIST,
+                        format!("{}: already a branch of the union", spec.path.display()),
+                    ));
+                }
+            }
+            let next: Vec<(Branch, Reuse)> = next.into_iter().map(|(_, s, r)| (s, r)).collect();
+            let branches = cur.branches.edited(next, cur.opts.minfreespace);
+            let change = describe(&cur.branches, &branches);
+            let removed: Vec<usize> = cur
+                .branches
+                .indices()
+                .filter(|&id| !branches.is_live(id))
+                .collect();
+            let next = View {
+                branches,
+                opts: cur.opts.clone(),
+            };
+            Ok((next, (change, removed)))
+        })?;
         // The removed branches' nodes let their directories go (so that a disk can be
         // unmounted once its open files are closed).
         if !removed.is_empty() {

@@ -124,8 +124,7 @@ impl Call<'_> {
                 rustix::fs::renameat(&dir_fd, &tmp, &dir_fd, &name)?;
                 if f.st.st_nlink > 1 {
                     self.copied_up
-                        .locked()
-                        .insert((f.st.st_dev, f.st.st_ino), (dir.branch, rel.to_owned()));
+                        .record((f.st.st_dev, f.st.st_ino), dir.branch, rel);
                 }
             }
             libc::S_IFDIR => {
@@ -310,11 +309,7 @@ impl Call<'_> {
         dir: &impl AsFd,
         name: &CStr,
     ) -> io::Result<bool> {
-        let known = self
-            .copied_up
-            .locked()
-            .get(&(f.st.st_dev, f.st.st_ino))
-            .cloned();
+        let known = self.copied_up.copy_of((f.st.st_dev, f.st.st_ino));
         let Some((b, other)) = known else {
             return Ok(false);
         };
@@ -340,10 +335,7 @@ impl Call<'_> {
     pub(crate) fn has_copied_alias(&self, f: &Found) -> bool {
         f.st.st_nlink > 1
             && f.st.st_mode & libc::S_IFMT == libc::S_IFREG
-            && self
-                .copied_up
-                .locked()
-                .contains_key(&(f.st.st_dev, f.st.st_ino))
+            && self.copied_up.copy_of((f.st.st_dev, f.st.st_ino)).is_some()
     }
 }
 
@@ -356,4 +348,36 @@ fn put_whiteout(dir: &impl AsFd, name: &CStr) -> io::Result<()> {
         Mode::empty(),
         0,
     )?)
+}
+
+/// Where each hard-linked base file was copied up (its host identity to its upper branch and
+/// path), so that its other names are linked to that copy instead of copied again.
+#[derive(Default)]
+pub(crate) struct CopiedUp(
+    std::sync::Mutex<std::collections::HashMap<(u64, u64), (usize, CString)>>,
+);
+
+impl CopiedUp {
+    /// The base file `base` (dev, ino) was copied to `rel` on branch `branch`.
+    pub(crate) fn record(&self, base: (u64, u64), branch: usize, rel: &CStr) {
+        self.0.locked().insert(base, (branch, rel.to_owned()));
+    }
+
+    /// Where `base` was copied up, if it was.
+    pub(crate) fn copy_of(&self, base: (u64, u64)) -> Option<(usize, CString)> {
+        self.0.locked().get(&base).cloned()
+    }
+
+    /// Every copy, for a session image.
+    pub(crate) fn all(&self) -> Vec<((u64, u64), usize, CString)> {
+        let map = self.0.locked();
+        map.iter().map(|(k, (b, p))| (*k, *b, p.clone())).collect()
+    }
+
+    /// Replaces every copy with `copies` (a session taken over).
+    pub(crate) fn replace(&self, copies: impl IntoIterator<Item = ((u64, u64), usize, CString)>) {
+        let mut map = self.0.locked();
+        map.clear();
+        map.extend(copies.into_iter().map(|(k, b, p)| (k, (b, p))));
+    }
 }

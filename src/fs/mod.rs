@@ -99,9 +99,7 @@ pub struct UnionFs {
     /// were before any control change).
     cfg: FsConfig,
     /// The branch set and options requests see now; a control change replaces it.
-    current: arc_swap::ArcSwap<View>,
-    /// Serializes control changes (each derives the next view from the current one).
-    editing: std::sync::Mutex<()>,
+    views: view::Views,
     /// How guest paths are resolved beneath branch roots (see `follow-symlinks`).
     resolve: rustix::fs::ResolveFlags,
     inodes: InodeTable,
@@ -112,7 +110,7 @@ pub struct UnionFs {
     moves: std::sync::Mutex<()>,
     /// Copy-on-write: where each hard-linked base file was copied up (base (dev, ino) to its
     /// upper branch and path), so that its other names are linked to that copy.
-    copied_up: std::sync::Mutex<std::collections::HashMap<(u64, u64), (usize, std::ffi::CString)>>,
+    copied_up: cow::CopiedUp,
     /// Entries all open directory listings may hold together.
     listings: readdir_snapshot::ListingBudget,
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
@@ -264,8 +262,7 @@ impl UnionFs {
             opts: cfg.opts.clone(),
         };
         Ok(UnionFs {
-            current: arc_swap::ArcSwap::from_pointee(view),
-            editing: Default::default(),
+            views: view::Views::new(view),
             cfg,
             resolve,
             inodes,

@@ -22,6 +22,45 @@ pub struct View {
     pub(crate) opts: UnionOptions,
 }
 
+/// The view requests see now, replaced whole by a change (one change at a time).
+pub(crate) struct Views {
+    current: arc_swap::ArcSwap<View>,
+    /// Serializes changes (each derives the next view from the current one).
+    changing: std::sync::Mutex<()>,
+}
+
+impl Views {
+    /// Views starting with `view`.
+    pub(crate) fn new(view: View) -> Self {
+        Views {
+            current: arc_swap::ArcSwap::from_pointee(view),
+            changing: Default::default(),
+        }
+    }
+
+    /// The view a request beginning now sees.
+    pub(crate) fn now(&self) -> Arc<View> {
+        self.current.load_full()
+    }
+
+    /// Runs `f` on the view of now without taking a reference to it (an option or two).
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        f(&self.current.load())
+    }
+
+    /// One change: `f` derives the next view from the current one (with what to report), or
+    /// refuses and nothing changes. Changes never interleave.
+    pub(crate) fn change<T, E>(
+        &self,
+        f: impl FnOnce(&Arc<View>) -> Result<(View, T), E>,
+    ) -> Result<T, E> {
+        let _one = crate::sync::LockRecover::locked(&self.changing);
+        let (next, out) = f(&self.current.load_full())?;
+        self.current.store(Arc::new(next));
+        Ok(out)
+    }
+}
+
 /// The branch roots as the sandbox needs them: handed out before it, replaced inside it.
 impl UnionFs {
     /// The `O_PATH` descriptors of the branch roots, in branch order (for the sandbox to
@@ -55,10 +94,10 @@ impl UnionFs {
             });
         }
         let specs = old.branches.specs().to_vec();
-        self.current.store(Arc::new(View {
+        let next = View {
             branches: Branches::new(roots, specs, old.opts.minfreespace),
             opts: old.opts.clone(),
-        }));
-        Ok(())
+        };
+        self.views.change(|_| Ok::<_, io::Error>((next, ())))
     }
 }

@@ -45,13 +45,13 @@ impl Call<'_> {
             .collect();
         let copied_up = self
             .copied_up
-            .locked()
-            .iter()
-            .filter_map(|(base, (branch, path))| {
+            .all()
+            .into_iter()
+            .filter_map(|(base, branch, path)| {
                 Some(CopiedUpImage {
-                    base: *base,
-                    branch: self.view().branches.position(*branch)? as u32,
-                    path: path.as_bytes().to_vec(),
+                    base,
+                    branch: self.view().branches.position(branch)? as u32,
+                    path: path.into_bytes(),
                 })
             })
             .collect();

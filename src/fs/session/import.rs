@@ -21,7 +21,6 @@ use crate::fs::call::Call;
 use crate::fs::handle::{DirHandle, FileHandle as OpenFile, Handle};
 use crate::fs::inode::{NodeRecord, ROOT_ID};
 use crate::fs::readdir_snapshot::Listing;
-use crate::sync::LockRecover;
 use crate::sys::beneath;
 use crate::sys::handle::{self, FileHandle};
 
@@ -211,13 +210,14 @@ impl Call<'_> {
                 img.security_ctx,
                 img.idmap,
             ));
-        let mut copied = self.copied_up.locked();
-        copied.clear();
-        for c in img.copied_up {
-            if let (Ok(b), Ok(p)) = (self.branch_index(c.branch), CString::new(c.path)) {
-                copied.insert(c.base, (b, p));
-            }
-        }
+        let copies = img.copied_up.into_iter().filter_map(|c| {
+            Some((
+                c.base,
+                self.branch_index(c.branch).ok()?,
+                CString::new(c.path).ok()?,
+            ))
+        });
+        self.copied_up.replace(copies.collect::<Vec<_>>());
         Ok(done)
     }
 
