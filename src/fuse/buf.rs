@@ -51,6 +51,7 @@ impl<'p, 'a, B: BitmapSlice> Cursor<'p, 'a, B> {
     }
 
     /// Moves on `n` bytes (at most what is left).
+    #[inline]
     pub fn skip(&mut self, n: usize) {
         let mut n = n.min(self.left);
         self.left -= n;

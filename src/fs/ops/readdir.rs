@@ -159,6 +159,7 @@ impl MemoFill {
         }
     }
 
+    #[inline]
     fn first_at(&mut self, pos: usize) {
         if self.on && self.firsts.len() < LISTED_NAMES {
             self.firsts.push(pos as u32);
