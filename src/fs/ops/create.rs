@@ -275,7 +275,10 @@ pub fn create(
         branch: dir.branch.into(),
         flags: flags & !OFlags::TRUNC,
     }))?;
-    Ok((entry, Some(fh), opts, None))
+    let wanted = crate::fs::ops::open::guest_open_flags(args.flags, false);
+    let (opts, backing) =
+        crate::fs::ops::open::pass_through(fs, fh, entry.inode, wanted, false, opts)?;
+    Ok((entry, Some(fh), opts, backing))
 }
 
 /// TMPFILE: an unnamed regular file (O_TMPFILE) in `parent`'s directory on the branch the
