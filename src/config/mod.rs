@@ -187,11 +187,20 @@ impl From<LogLevel> for LevelFilter {
     }
 }
 
+/// Why the vhost-user device ignores `passthrough.io`.
+pub const PASSTHROUGH_NOTE: &str = "passthrough.io: FUSE passthrough hands the kernel a host file, \
+     which only a host mount (`union-virtiofsd mount`) can use; a guest reads through the device; ignored";
+
 impl TryFrom<Args> for Config {
     type Error = ConfigError;
 
     fn try_from(args: Args) -> Result<Self, ConfigError> {
-        let shared = Shared::new(&args, &[])?;
+        let mut shared = Shared::new(&args, &[])?;
+        if shared.fs.opts.passthrough_io != crate::fs::options::PassthroughIo::Off {
+            // The guest's kernel has no descriptor of a host file to read through.
+            shared.fs.opts.passthrough_io = crate::fs::options::PassthroughIo::Off;
+            shared.notes.push(PASSTHROUGH_NOTE.into());
+        }
         let listen = listen_of(&args)?;
         if let Some(tag) = &args.tag {
             if tag.is_empty() || tag.len() > 36 {
@@ -758,6 +767,30 @@ mod tests {
         for argv in bad {
             assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
         }
+    }
+
+    #[test]
+    fn the_vhost_device_ignores_passthrough_and_says_why() {
+        use crate::fs::options::PassthroughIo;
+        for o in ["passthrough.io=rw", "passthrough=ro"] {
+            let c = parse(&["--socket-path=/s", "--shared-dir=/a", "-o", o]).unwrap();
+            assert_eq!(c.fs.opts.passthrough_io, PassthroughIo::Off);
+            assert_eq!(c.notes, [PASSTHROUGH_NOTE], "{o}");
+        }
+        let c = parse(&[
+            "--socket-path=/s",
+            "--shared-dir=/a",
+            "-o",
+            "passthrough.io=off",
+        ]);
+        assert!(c.unwrap().notes.is_empty());
+        assert!(parse(&[
+            "--socket-path=/s",
+            "--shared-dir=/a",
+            "-o",
+            "passthrough.io=yes"
+        ])
+        .is_err());
     }
 
     #[test]

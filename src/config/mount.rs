@@ -9,6 +9,7 @@ use log::LevelFilter;
 
 use super::{ConfigError, Shared};
 use crate::args::{Args, SandboxMode};
+use crate::fs::options::{CacheFiles, PassthroughIo};
 
 /// The kernel mount's options, with mergerfs's meanings and defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,6 +104,7 @@ impl MountConfig {
             rustix::process::geteuid().is_root(),
         )?;
         shared.notes.retain(|n| !honoured_note(n));
+        passthrough_rules(&mut shared);
         Ok(MountConfig {
             mountpoint,
             options,
@@ -111,6 +113,28 @@ impl MountConfig {
             config_file: args.config.clone(),
             shared,
         })
+    }
+}
+
+/// mergerfs's rules for `passthrough.io`: the kernel refuses passthrough with the writeback
+/// cache (`cache.writeback` goes), and `cache.files=off` would send every read and write to
+/// the daemon anyway (it becomes `auto-full`), each with a note.
+fn passthrough_rules(shared: &mut Shared) {
+    let o = &mut shared.fs.opts;
+    if o.passthrough_io == PassthroughIo::Off {
+        return;
+    }
+    if o.writeback {
+        o.writeback = false;
+        shared.notes.push(
+            "cache.writeback: the kernel refuses FUSE passthrough with the writeback cache; off (passthrough.io is on)".into(),
+        );
+    }
+    if o.cache_files == CacheFiles::Off {
+        o.cache_files = CacheFiles::AutoFull;
+        shared.notes.push(
+            "cache.files=off makes every open direct I/O, which overrides passthrough.io; auto-full instead, as mergerfs".into(),
+        );
     }
 }
 
@@ -213,6 +237,24 @@ mod tests {
         assert_eq!(o.fsname, "pool");
         assert!(mount_options(&given(&[("fsname", "a b")]), false, true).is_err());
         assert!(mount_options(&given(&[("allow-other", "maybe")]), false, true).is_err());
+    }
+
+    #[test]
+    fn passthrough_turns_off_writeback_and_direct_io_files() {
+        use clap::Parser;
+        let args = Args::try_parse_from([
+            "union-virtiofsd",
+            "--branch=/a",
+            "-o",
+            "passthrough.io=rw,cache.writeback=true,cache.files=off",
+        ])
+        .unwrap();
+        let c = MountConfig::new("/m".into(), &args).unwrap();
+        let o = &c.shared.fs.opts;
+        assert_eq!(o.passthrough_io, PassthroughIo::Rw);
+        assert!(!o.writeback);
+        assert_eq!(o.cache_files, CacheFiles::AutoFull);
+        assert_eq!(c.shared.notes.len(), 2, "{:?}", c.shared.notes);
     }
 
     #[test]

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::fs::options::{
-    CacheFiles, FileHandles, FollowSymlinks, Func, InodeCalc, LinkExdev, RenameExdev, StatfsIgnore,
-    StatfsMode, UnionOptions, XattrMode,
+    CacheFiles, FileHandles, FollowSymlinks, Func, InodeCalc, LinkExdev, PassthroughIo,
+    RenameExdev, StatfsIgnore, StatfsMode, UnionOptions, XattrMode,
 };
 use crate::union::policy::{Category, Policy};
 use crate::union::size::parse_size;
@@ -196,6 +196,12 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.nullrw = boolean(v)?;
         Ok(())
     } },
+    OptionSpec { name: "passthrough.io", help: "off|ro|wo|rw: on a host mount, the kernel reads and writes the branch file itself for read-only, write-only or all opens (FUSE passthrough, Linux 6.9; root only; turns off cache.writeback; ignored by the vhost-user device; `passthrough` is mergerfs's older name; default off)", set: choice!(passthrough_io, "off, ro, wo or rw", {
+        "off" => PassthroughIo::Off,
+        "ro" => PassthroughIo::Ro,
+        "wo" => PassthroughIo::Wo,
+        "rw" => PassthroughIo::Rw,
+    }) },
     OptionSpec { name: "cache.files", help: "libfuse|off|partial|full|auto-full: guest page cache for file data (default libfuse)", set: choice!(cache_files, "libfuse, off, partial, full or auto-full", {
         "libfuse" => CacheFiles::Libfuse,
         "off" => CacheFiles::Off,
@@ -305,6 +311,8 @@ fn normalize(name: &str) -> String {
     let n = name.trim().replace('_', "-");
     match n.as_str() {
         "direct-io" | "direct_io" => "direct-io".to_string(),
+        // mergerfs before 2.42.
+        "passthrough" => "passthrough.io".to_string(),
         _ => n,
     }
 }

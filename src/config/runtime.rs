@@ -89,6 +89,7 @@ keys! {
     "moveonenospc", true, |o| o.moveonenospc.map_or("false".into(), |p| p.name().into());
     "node-fds", false, |o| o.node_fds.to_string();
     "nullrw", false, |o| o.nullrw.to_string();
+    "passthrough.io", false, |o| kebab(o.passthrough_io);
     "path-queries", true, |o| o.path_queries.to_string();
     "posix_acl", false, |o| kebab(o.posix_acl);
     "readdirplus", false, |o| o.readdirplus.to_string();

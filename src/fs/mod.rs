@@ -21,6 +21,7 @@ mod negotiated;
 mod node;
 mod ops;
 pub mod options;
+pub mod passthrough;
 mod probe;
 mod readdir_snapshot;
 mod resolve;
@@ -118,6 +119,8 @@ pub struct UnionFs {
     fd_budget: std::sync::OnceLock<usize>,
     /// What the last INIT settled (the writeback cache, announced submounts).
     negotiated: negotiated::Negotiated,
+    /// FUSE passthrough on a host mount: the registrar, backing ids per open node.
+    passthrough: passthrough::Passthrough,
     /// Which branch holds a name, per directory, so lookups need not probe every branch.
     lookup_memo: lookup_memo::LookupMemo<View>,
 }
@@ -128,6 +131,12 @@ fn forbidden(_: idmap::Forbidden) -> io::Error {
 }
 
 impl UnionFs {
+    /// Lets opens hand the kernel branch files to read and write itself (`passthrough.io`):
+    /// the host mount's connection, given before it serves; a vhost-user device never gives one.
+    pub fn set_backing_registrar(&self, r: std::sync::Arc<dyn passthrough::BackingRegistrar>) {
+        self.passthrough.set_registrar(r);
+    }
+
     /// Whether the guest's page cache holds writes (FUSE_WRITEBACK_CACHE negotiated).
     pub(crate) fn writeback_active(&self) -> bool {
         self.negotiated.writeback()
@@ -272,6 +281,7 @@ impl UnionFs {
             copied_up: Default::default(),
             fd_budget: Default::default(),
             negotiated: Default::default(),
+            passthrough: Default::default(),
             lookup_memo: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
         })

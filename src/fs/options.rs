@@ -172,6 +172,33 @@ pub enum InodeCalc {
     HybridHash32,
 }
 
+/// Which opens use FUSE passthrough (`passthrough.io=`, mergerfs 2.42's option).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PassthroughIo {
+    /// Never (the default, as mergerfs).
+    #[default]
+    Off,
+    /// Read-only opens.
+    Ro,
+    /// Write-only opens.
+    Wo,
+    /// Every open.
+    Rw,
+}
+
+impl PassthroughIo {
+    /// Whether an open with access mode `accmode` (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) asks
+    /// for passthrough.
+    pub fn covers(self, accmode: i32) -> bool {
+        match self {
+            PassthroughIo::Off => false,
+            PassthroughIo::Ro => accmode == libc::O_RDONLY,
+            PassthroughIo::Wo => accmode == libc::O_WRONLY,
+            PassthroughIo::Rw => true,
+        }
+    }
+}
+
 /// How free space is summed (`statfs=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatfsMode {
@@ -386,6 +413,9 @@ pub struct UnionOptions {
     /// `path-queries`: the guest may read mergerfs's per-file queries (`user.mergerfs.
     /// basepath`, `relpath`, `fullpath`, `allpaths`), which show host paths.
     pub path_queries: bool,
+    /// `passthrough.io`: which opens of a host mount the kernel serves straight from the
+    /// branch file (FUSE passthrough), leaving the daemon out of their reads and writes.
+    pub passthrough_io: PassthroughIo,
 }
 
 /// mergerfs's default minfreespace: 4 GiB.
@@ -418,6 +448,7 @@ impl Default for UnionOptions {
             link_cow: false,
             symlinkify: false,
             symlinkify_timeout: Duration::from_secs(3600),
+            passthrough_io: PassthroughIo::Off,
             killpriv_v2: true,
             host_locks: true,
             file_handles: FileHandles::Prefer,

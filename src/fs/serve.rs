@@ -53,6 +53,7 @@ impl Filesystem for UnionFs {
         if nodes > 0 || handles > 0 || locks > 0 {
             log::info!("session ended: dropped {nodes} nodes and {handles} handles, {locks} locks");
         }
+        self.passthrough.clear();
         self.handles.clear();
         self.inodes.clear();
     }
@@ -534,11 +535,14 @@ impl Filesystem for UnionFs {
     }
 
     fn init_extra(&self, offered: u64) -> io::Result<u64> {
-        self.negotiated.init_extra(&self.now().opts, offered)
+        let pt = self
+            .passthrough
+            .init(self.now().opts.passthrough_io, offered);
+        Ok(self.negotiated.init_extra(&self.now().opts, offered)? | pt)
     }
 
     fn extra_flags(&self) -> u64 {
-        self.negotiated.extra().bits
+        self.negotiated.extra().bits | self.passthrough.bits()
     }
 
     fn tmpfile(

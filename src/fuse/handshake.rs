@@ -56,6 +56,7 @@ impl<F: ServedFs> Server<F> {
         let (mut out, negotiated) =
             init::build_reply(&arg, capable, want, pages, self.max_write, self.page_size);
         init::enable_raw(&mut out, offered, self.raw_init_flags | extra);
+        init::set_stack_depth(&mut out);
         debug!(
             "FUSE INIT {}.{} offered {:?}, enabled {:#x}/{:#x}",
             arg.major, arg.minor, capable, out.flags, out.flags2

@@ -174,6 +174,19 @@ pub fn enable_raw(out: &mut InitOut, offered: u64, wanted: u64) {
     }
 }
 
+/// `max_stack_depth` (7.40, the word after `flags2`): how deep the filesystems of backing
+/// files may stack. 1: branches on plain filesystems, and the mount itself may lie under
+/// an overlayfs (mergerfs's `passthrough.max-stack-depth` default).
+pub const MAX_STACK_DEPTH: u32 = 1;
+
+/// With FUSE_PASSTHROUGH enabled in `out`, sets its `max_stack_depth` (without it the
+/// kernel turns passthrough off).
+pub fn set_stack_depth(out: &mut InitOut) {
+    if u64::from(out.flags2) << 32 & crate::sys::abi::fuse::PASSTHROUGH != 0 {
+        out.unused[0] = MAX_STACK_DEPTH;
+    }
+}
+
 /// The reply asking a guest with a newer major version to retry with ours.
 pub fn version_reply() -> InitOut {
     InitOut {
@@ -220,6 +233,23 @@ mod tests {
         enable_raw(&mut out, offered, DIRECT_IO_ALLOW_MMAP);
         assert_eq!(out.flags2, 1 << 4);
         assert_eq!(u64::from(out.flags), FsOptions::INIT_EXT.bits());
+    }
+
+    #[test]
+    fn passthrough_sets_the_stack_depth() {
+        use crate::sys::abi::fuse::PASSTHROUGH;
+        let mut out = InitOut::default();
+        set_stack_depth(&mut out);
+        assert_eq!(out.unused[0], 0);
+        enable_raw(
+            &mut out,
+            FsOptions::INIT_EXT.bits() | PASSTHROUGH,
+            PASSTHROUGH,
+        );
+        set_stack_depth(&mut out);
+        assert_eq!(out.flags2, 1 << 5);
+        // max_stack_depth sits at byte 36 of fuse_init_out, after flags2.
+        assert_eq!(out.as_slice()[36..40], 1u32.to_ne_bytes());
     }
 
     #[test]

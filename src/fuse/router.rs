@@ -95,11 +95,7 @@ impl<F: ServedFs> Server<F> {
                         const E: usize = size_of::<EntryOut>();
                         let mut out = [0u8; E + size_of::<OpenOut>()];
                         out[..E].copy_from_slice(EntryOut::from(e).as_slice());
-                        let open = OpenOut {
-                            fh: fh.unwrap_or(0),
-                            open_flags: opts.bits(),
-                            passthrough: passthrough.unwrap_or_default(),
-                        };
+                        let open = open_out(fh, opts, passthrough);
                         out[E..].copy_from_slice(open.as_slice());
                         reply_ok(w, unique, &out)
                     }
@@ -116,11 +112,7 @@ impl<F: ServedFs> Server<F> {
                 };
                 match res {
                     Ok((fh, opts, passthrough)) => {
-                        let out = OpenOut {
-                            fh: fh.unwrap_or(0),
-                            open_flags: opts.bits(),
-                            passthrough: passthrough.unwrap_or_default(),
-                        };
+                        let out = open_out(fh, opts, passthrough);
                         reply_ok(w, unique, out.as_slice())
                     }
                     Err(e) => reply_io_error(w, unique, &e),
@@ -572,5 +564,20 @@ mod tests {
         assert!(!info(Opcode::Write as u32).heavy(None));
         assert!(info(Opcode::Rename as u32).heavy(None));
         assert!(!info(Opcode::Getattr as u32).heavy(None));
+    }
+}
+
+/// The reply to OPEN or CREATE: with a backing id, FOPEN_PASSTHROUGH too (the kernel then
+/// reads and writes that file itself).
+fn open_out(
+    fh: Option<u64>,
+    opts: fuse_backend_rs::abi::fuse_abi::OpenOptions,
+    backing: Option<u32>,
+) -> OpenOut {
+    let pass = backing.map_or(0, |_| crate::sys::abi::fuse::FOPEN_PASSTHROUGH);
+    OpenOut {
+        fh: fh.unwrap_or(0),
+        open_flags: opts.bits() | pass,
+        passthrough: backing.unwrap_or_default(),
     }
 }

@@ -4,6 +4,7 @@
 //! or SIGTERM/SIGINT, which detach the mount first. Nothing here knows virtio or the union's
 //! policies.
 
+mod backing;
 mod mountpoint;
 mod reader;
 mod session;
@@ -172,6 +173,10 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             return Err(e);
         }
     };
+    match mounted.dup() {
+        Ok(fd) => fs.set_backing_registrar(Arc::new(backing::Backing(fd))),
+        Err(e) => warn!("passthrough: no descriptor for backing files ({e}): none is used"),
+    }
     let server = Arc::new(Server::new(fs.clone(), shared.max_pages).max_write(shared.max_write));
     if let Some(listener) = ctl {
         let host = Arc::new(crate::ctl::HostPid {

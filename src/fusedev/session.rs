@@ -77,6 +77,11 @@ impl Mounted {
             .collect()
     }
 
+    /// Another descriptor of the connection's first open (for its backing-file ioctls).
+    pub fn dup(&self) -> std::io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
     /// The connection's first descriptor, for the first reader thread.
     pub fn into_fd(self) -> OwnedFd {
         self.fd

@@ -115,6 +115,12 @@ pub mod fuse {
     /// INIT flag (flags2) `FUSE_ALLOW_IDMAP` (7.40): the guest may make idmapped mounts; its
     /// requests that create nothing then carry uid and gid -1.
     pub const ALLOW_IDMAP: u64 = 1 << 40;
+    /// INIT flag (flags2) `FUSE_PASSTHROUGH` (7.40): opens may hand the kernel a backing
+    /// file to read and write directly; the INIT reply then sets `max_stack_depth`.
+    pub const PASSTHROUGH: u64 = 1 << 37;
+    /// `open_flags` bit `FOPEN_PASSTHROUGH` (7.40): the open's `backing_id` names the file
+    /// the kernel reads and writes instead of sending READ and WRITE.
+    pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
     /// `FUSE_SETXATTR_ACL_KILL_SGID`: clear set-group-ID when this ACL is set.
     pub const SETXATTR_ACL_KILL_SGID: u32 = 1;
     /// The highest extension type that is a security context (its type is their count).

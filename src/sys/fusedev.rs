@@ -1,6 +1,6 @@
 //! The kernel's FUSE device and FUSE mounts: opening /dev/fuse, cloning a session's device
-//! descriptor for another reader thread, mounting and unmounting. Safe wrappers only; nothing
-//! here reads a request or knows the union.
+//! descriptor for another reader thread, mounting and unmounting, registering branch files
+//! for FUSE passthrough. Safe wrappers only; nothing here reads a request or knows the union.
 
 use std::fs::OpenOptions;
 use std::io;
@@ -17,6 +17,65 @@ pub const DEVICE: &str = "/dev/fuse";
 /// `FUSE_DEV_IOC_CLONE`, `_IOR(229, 0, uint32_t)`: attaches a fresh open of /dev/fuse to the
 /// session of the descriptor whose number it is given.
 const FUSE_DEV_IOC_CLONE: libc::c_ulong = (2 << 30) | (4 << 16) | (229 << 8);
+
+/// `struct fuse_backing_map` (<linux/fuse.h>, 7.40): a branch file to register for FUSE
+/// passthrough.
+#[repr(C)]
+struct BackingMap {
+    fd: i32,
+    flags: u32,
+    padding: u64,
+}
+
+/// `FUSE_DEV_IOC_BACKING_OPEN`, `_IOW(229, 1, struct fuse_backing_map)`.
+const FUSE_DEV_IOC_BACKING_OPEN: libc::c_ulong =
+    (1 << 30) | ((std::mem::size_of::<BackingMap>() as libc::c_ulong) << 16) | (229 << 8) | 1;
+
+/// `FUSE_DEV_IOC_BACKING_CLOSE`, `_IOW(229, 2, uint32_t)`.
+const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = (1 << 30) | (4 << 16) | (229 << 8) | 2;
+
+/// Registers `file` (an open regular file, not O_PATH) with the FUSE connection of `device`
+/// for passthrough, returning its backing id. The kernel keeps its own reference to the file
+/// (and the daemon's credentials, which its reads and writes then use) until the id is
+/// closed and no open file uses it. Needs CAP_SYS_ADMIN (EPERM) and a connection that
+/// negotiated FUSE_PASSTHROUGH; a file on a stacked filesystem deeper than the connection's
+/// `max_stack_depth` gets ELOOP.
+pub fn backing_open(device: BorrowedFd<'_>, file: BorrowedFd<'_>) -> io::Result<u32> {
+    let map = BackingMap {
+        fd: file.as_raw_fd(),
+        flags: 0,
+        padding: 0,
+    };
+    // SAFETY: the ioctl reads one fuse_backing_map through the pointer, valid for that read;
+    // the kernel checks the descriptor in it.
+    let r = unsafe {
+        libc::ioctl(
+            device.as_raw_fd(),
+            FUSE_DEV_IOC_BACKING_OPEN,
+            &map as *const BackingMap,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as u32)
+}
+
+/// Closes backing id `id` of `device`'s connection (open files keep using the file).
+pub fn backing_close(device: BorrowedFd<'_>, id: u32) -> io::Result<()> {
+    // SAFETY: the ioctl reads one u32 through the pointer, valid for that read.
+    let r = unsafe {
+        libc::ioctl(
+            device.as_raw_fd(),
+            FUSE_DEV_IOC_BACKING_CLOSE,
+            &id as *const u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Opens the FUSE device for reading and writing (close-on-exec).
 pub fn open_device() -> io::Result<OwnedFd> {
@@ -96,5 +155,12 @@ mod tests {
     fn the_clone_ioctl_is_ior_229_0_u32() {
         // _IOR(229, 0, uint32_t) as <linux/fuse.h> spells it, for the host's ioctl encoding.
         assert_eq!(super::FUSE_DEV_IOC_CLONE, 0x8004_e500);
+    }
+
+    #[test]
+    fn the_backing_ioctls_are_iow_229_1_and_2() {
+        // _IOW(229, 1, struct fuse_backing_map) and _IOW(229, 2, uint32_t).
+        assert_eq!(super::FUSE_DEV_IOC_BACKING_OPEN, 0x4010_e501);
+        assert_eq!(super::FUSE_DEV_IOC_BACKING_CLOSE, 0x4004_e502);
     }
 }

@@ -10,7 +10,7 @@ use testkit::hostmount::HostMount;
 use testkit::tmpfs::Tmpfs;
 
 /// Operations per fsx run.
-const OPS: &str = "10000";
+pub const OPS: &str = "10000";
 
 #[test]
 fn fsx_both_mixes_end_a_ok() {

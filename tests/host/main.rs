@@ -1,7 +1,8 @@
 //! The union mounted on the host (`union-virtiofsd mount`), no guest: file operations through
 //! the kernel's FUSE mount and where their results land on the branches, the mount's life
 //! cycle (umount, SIGTERM, files open at unmount, the control socket, SIGHUP), bad input,
-//! pjdfstest on the mount over one and three branches, and fsx. Needs root and /dev/fuse.
+//! FUSE passthrough, pjdfstest on the mount over one and three branches, and fsx. Needs root
+//! and /dev/fuse.
 //! One module per concern (`cargo test --test host ops::` runs one).
 //!
 //! These tests share one process and run on libtest's threads; each mounts its own tmpfs
@@ -13,4 +14,5 @@ mod bad_input;
 mod fsx;
 mod lifecycle;
 mod ops;
+mod passthrough;
 mod pjdfstest;

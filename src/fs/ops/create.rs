@@ -24,6 +24,7 @@ use crate::fs::errno;
 use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::ops::open::{host_open_flags, open};
 use crate::fs::options::Func;
+use crate::fs::passthrough::Want;
 use crate::fs::resolve::{check_name, Found};
 use crate::fuse::SecContext;
 use crate::sys::thread::UmaskGuard;
@@ -275,7 +276,10 @@ pub fn create(
         branch: dir.branch.into(),
         flags: flags & !OFlags::TRUNC,
     }))?;
-    Ok((entry, Some(fh), opts, None))
+    let wanted = crate::fs::ops::open::guest_open_flags(args.flags, false);
+    let (opts, backing) =
+        crate::fs::ops::open::pass_through(fs, fh, entry.inode, wanted, false, opts)?;
+    Ok((entry, Some(fh), opts, backing))
 }
 
 /// TMPFILE: an unnamed regular file (O_TMPFILE) in `parent`'s directory on the branch the
@@ -341,7 +345,16 @@ pub fn tmpfile(
         flags,
     }));
     match fh {
-        Ok(fh) => Ok((entry, Some(fh), opts)),
+        Ok(fh) => {
+            // Open through the daemon (TMPFILE's reply has no backing id): a later open of
+            // the file, once linked, must not ask the kernel for passthrough beside it.
+            if fs.passthrough.bits() != 0 {
+                let h = fs.handles.file(fh, inode)?;
+                let fd = h.as_file()?.fd.as_fd();
+                fs.passthrough.opened(fh, inode, fd, Want::NotCovered);
+            }
+            Ok((entry, Some(fh), opts))
+        }
         Err(e) => {
             fs.inodes.forget(inode, 1);
             Err(e)

@@ -16,6 +16,7 @@ use crate::fs::handle::{FileHandle, Handle};
 use crate::fs::movefile::copy_to_temp;
 use crate::fs::ops::xattr::clear_renamed_capability;
 use crate::fs::options::{CacheFiles, Func};
+use crate::fs::passthrough;
 use crate::fs::resolve::{split_parent, Found};
 use crate::sys::{beneath, caps};
 
@@ -139,13 +140,42 @@ pub fn open(
         clear_renamed_capability(fs.view(), fd.as_fd())?;
     }
     let opts = open_options(fs, inode, &f.st);
+    // Not yet copied up: its first write moves it, so the kernel must not hold this copy.
+    let ro_cow = fs.view().opts.cow && fs.view().branches.is_ro(f.branch);
     let fh = fs.new_handle(Handle::File(FileHandle {
         fd,
         inode,
         branch: f.branch.into(),
         flags: flags & !OFlags::TRUNC,
     }))?;
-    Ok((Some(fh), opts, None))
+    let (opts, backing) = pass_through(fs, fh, inode, wanted, ro_cow, opts)?;
+    Ok((Some(fh), opts, backing))
+}
+
+/// FUSE passthrough for handle `fh` of `inode`, just opened with guest flags `wanted`
+/// (`passthrough.io`, host mounts only): the open flags to reply with and the backing id,
+/// if the kernel is to read and write the file itself. Its page cache then holds nothing
+/// of the file's (no FOPEN_KEEP_CACHE, which the kernel refuses beside passthrough).
+pub(crate) fn pass_through(
+    fs: &Call<'_>,
+    fh: u64,
+    inode: u64,
+    wanted: OFlags,
+    ro_cow: bool,
+    opts: OpenOptions,
+) -> io::Result<(OpenOptions, Option<u32>)> {
+    if fs.passthrough.bits() == 0 {
+        return Ok((opts, None));
+    }
+    let want = passthrough::wanted(&fs.view().opts, wanted.bits() as i32, ro_cow);
+    let h = fs.handles.file(fh, inode)?;
+    let backing = fs
+        .passthrough
+        .opened(fh, inode, h.as_file()?.fd.as_fd(), want);
+    if backing.is_some() {
+        return Ok((opts - OpenOptions::KEEP_CACHE, backing));
+    }
+    Ok((opts, None))
 }
 
 /// `link_cow`: replaces the hard-linked file at `rel` with its own full copy, so a write
@@ -164,6 +194,8 @@ fn break_link(fs: &Call<'_>, f: &Found, rel: &CStr) -> io::Result<()> {
 /// Closes handle `fh` of `inode`; with `dropcacheonclose` the host page cache of the file is
 /// dropped first.
 pub fn release(fs: &Call<'_>, inode: u64, fh: u64) -> io::Result<()> {
+    // Before the handle's number can be reused.
+    fs.passthrough.released(fh);
     if fs.handles.remove_lost(fh, inode) {
         return Ok(());
     }
