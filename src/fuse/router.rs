@@ -259,6 +259,21 @@ impl<F: ServedFs> Server<F> {
     }
 }
 
+/// The reply to OPEN or CREATE: with a backing id, FOPEN_PASSTHROUGH too (the kernel then
+/// reads and writes that file itself).
+fn open_out(
+    fh: Option<u64>,
+    opts: fuse_backend_rs::abi::fuse_abi::OpenOptions,
+    backing: Option<u32>,
+) -> OpenOut {
+    let pass = backing.map_or(0, |_| crate::sys::abi::fuse::FOPEN_PASSTHROUGH);
+    OpenOut {
+        fh: fh.unwrap_or(0),
+        open_flags: opts.bits() | pass,
+        passthrough: backing.unwrap_or_default(),
+    }
+}
+
 // The table of opcodes.
 
 /// Every opcode the router answers, as it matches on them.
@@ -564,20 +579,5 @@ mod tests {
         assert!(!info(Opcode::Write as u32).heavy(None));
         assert!(info(Opcode::Rename as u32).heavy(None));
         assert!(!info(Opcode::Getattr as u32).heavy(None));
-    }
-}
-
-/// The reply to OPEN or CREATE: with a backing id, FOPEN_PASSTHROUGH too (the kernel then
-/// reads and writes that file itself).
-fn open_out(
-    fh: Option<u64>,
-    opts: fuse_backend_rs::abi::fuse_abi::OpenOptions,
-    backing: Option<u32>,
-) -> OpenOut {
-    let pass = backing.map_or(0, |_| crate::sys::abi::fuse::FOPEN_PASSTHROUGH);
-    OpenOut {
-        fh: fh.unwrap_or(0),
-        open_flags: opts.bits() | pass,
-        passthrough: backing.unwrap_or_default(),
     }
 }

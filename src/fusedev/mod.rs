@@ -153,6 +153,9 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
     };
     let conn = Device::host(shared.max_pages);
     let max_read = usize::from(conn.max_pages) * conn.page_size;
+    // Caught before the mount exists: a SIGTERM from then on detaches it (one that came
+    // between mount(2) and a handler would kill the daemon and leave a dead mount).
+    let signals = Signals::new([SIGTERM, SIGINT]).map_err(start("catch SIGTERM"))?;
     let mounted = device.mount(&at, o, max_read)?;
     // From here on a failure unmounts what it mounted.
     let ctl_path = ctl.as_ref().and(shared.ctl_socket.clone());
@@ -160,7 +163,6 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
     let started = (|| {
         let readers = shared.thread_pool_size.max(2);
         let fds = mounted.clones(readers - 1)?;
-        let signals = Signals::new([SIGTERM, SIGINT]).map_err(start("catch SIGTERM"))?;
         reload.catch().map_err(start("catch SIGHUP"))?;
         crate::confine::drop_caps(&shared.confinement).map_err(start("drop capabilities"))?;
         crate::confine::filter(&shared.confinement).map_err(start("install the seccomp filter"))?;

@@ -59,6 +59,8 @@ fn the_control_socket_lives_and_dies_with_the_daemon() {
 fn with_a_socket_group_the_group_may_use_it() {
     let mut d = Daemon::start(&["a"], &["--socket-group", "0", "--sandbox", "none"]);
     let p = ctl_path(&d);
+    // The start line is said once every socket is bound and given to its group.
+    d.wait_for_log(&format!("(control {})", p.display()));
     let m = std::fs::metadata(&p).unwrap();
     assert_eq!((m.gid(), m.permissions().mode() & 0o777), (0, 0o660));
     sigterm_and_wait(&mut d);
