@@ -115,7 +115,7 @@ fn run_suite(branches: &[&Tmpfs]) -> Summary {
     for f in &s.failures {
         eprintln!("  FAILED {f}");
     }
-    assert_eq!(m.unmount(false), 0, "{}", m.log());
+    assert_eq!(m.unmount(true), 0, "{}", m.log());
     s
 }
 
