@@ -14,6 +14,8 @@ mod init;
 mod io;
 mod listing;
 #[cfg(test)]
+mod oracle_fs;
+#[cfg(test)]
 mod oracle_tests;
 mod own;
 mod reply;
