@@ -5,6 +5,8 @@
 #   ours-N           union-virtiofsd on N tmpfs branches (the crates dealt round-robin, by name,
 #                    over the branches, each branch holding tree/ and its share of the crates),
 #   ours-N-always    the same with --cache always,
+#   ours-static      union-virtiofsd on an empty RW upper over the whole tree on one RO base
+#                    declared static (`--branch UP=RW --branch BASE=RO,static`), default cache,
 #   virtiofsd        virtiofsd 1.14 on one tmpfs directory (its default cache, auto),
 #   virtiofsd-always virtiofsd 1.14 with --cache always,
 #   mergerfs-3       mergerfs (the apt package) pooling the 3 branches of ours-3 on the host, and
@@ -50,7 +52,7 @@ root=$PWD
 . scripts/lib.sh
 
 runs=3 out="$root/.cache/bench-walk" quick=0 configs="" count_requests=0 table_only=0
-all_configs="ext4 ours-1 ours-3 ours-8 ours-1-always ours-3-always virtiofsd virtiofsd-always mergerfs-3"
+all_configs="ext4 ours-1 ours-3 ours-8 ours-1-always ours-3-always ours-static virtiofsd virtiofsd-always mergerfs-3"
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -257,6 +259,12 @@ run_config() {
         rm -rf "$work/b" && mkdir -p "$work/b/0"
         # The share /init mounts, empty: the steps run on /dev/vda.
         cmd=("$ours" --socket-path "$sock" --shared-dir "$work/b/0" -o minfreespace=0)
+        ;;
+    ours-static)
+        mapfile -t branches < <(make_branches 1)
+        mkdir -p "$work/b/up"
+        cmd=("$ours" --socket-path "$sock" -o minfreespace=0 "${dbg[@]}"
+            --branch "$work/b/up=RW" --branch "${branches[0]}=RO,static")
         ;;
     ours-*)
         local nb=${config#ours-}

@@ -254,11 +254,11 @@ run_ratios() {
     }' "$2"
 }
 
-# opcodes LOG: "opcode count" lines from a daemon's debug log (this daemon's dispatcher logs
-# "unique=N opcode=N", virtiofsd's server "Received [unknown ]request: opcode=Name (N)" or
+# opcodes LOG: "opcode count" lines from a daemon's debug log (this daemon's router logs
+# "unique=N opcode=N" as `fuse::server`, before the protocol layer as `dispatch`, virtiofsd's server "Received [unknown ]request: opcode=Name (N)" or
 # "opcode=N").
 opcodes() {
-    sed -nE 's/.*dispatch\] unique=[0-9]+ opcode=([0-9]+).*/\1/p;
+    sed -nE 's/.*(dispatch|fuse::server)\] unique=[0-9]+ opcode=([0-9]+).*/\2/p;
              s/.*Received (unknown )?request: opcode=([A-Za-z]+ \()?([0-9]+).*/\3/p' "$1" |
         sort -n | uniq -c | awk '{print $2, $1}'
 }

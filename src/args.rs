@@ -217,7 +217,8 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub ctl_socket: Option<PathBuf>,
 
-    /// A branch `PATH[=RW|RO|NC]` (default RW); repeatable, appended after --branches.
+    /// A branch `PATH[=RW|RO|NC[,MINFREE][,static]]` (default RW); repeatable, appended after
+    /// --branches. `static`: the host never changes it, so the guest caches it long.
     #[arg(long = "branch", value_name = "PATH[=MODE]")]
     pub branch: Vec<Branch>,
 

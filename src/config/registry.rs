@@ -129,7 +129,7 @@ macro_rules! choice {
 
 /// Every option, in the option reference's order.
 pub static OPTIONS: &[OptionSpec] = &[
-    OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE]] list (config files)", set: |s, v| {
+    OptionSpec { name: "branches", help: "colon-separated PATH[=RW|RO|NC[,MINFREE][,static]] list (config files)", set: |s, v| {
         s.branches = Branch::parse_list(v).map_err(|_| Expected("PATH[=RW|RO|NC[,SIZE]]:…"))?;
         Ok(())
     } },

@@ -69,6 +69,7 @@ impl Shared {
                 path: dir,
                 mode: crate::union::BranchMode::RW,
                 min_free: None,
+                static_cache: false,
             });
         }
         branches.extend(args.branches.clone().map(|l| l.0).unwrap_or_default());

@@ -183,6 +183,22 @@ impl Branches {
         self.mode(id) == BranchMode::RO
     }
 
+    /// Whether branch `id` is live and configured `static` (the host never changes it).
+    pub(crate) fn is_static(&self, id: usize) -> bool {
+        self.position(id)
+            .is_some_and(|pos| self.specs[pos].static_cache)
+    }
+
+    /// Whether every live branch is `static`: then only the guest adds names to the union.
+    pub(crate) fn all_static(&self) -> bool {
+        self.specs.iter().all(|s| s.static_cache)
+    }
+
+    /// The live branches that are not `static`, by id.
+    pub(crate) fn changing(&self) -> impl Iterator<Item = usize> + '_ {
+        self.indices().filter(|&id| !self.is_static(id))
+    }
+
     /// Mode and free-space floor of every branch in branch order, for the policies.
     pub(crate) fn infos(&self) -> &[BranchInfo] {
         &self.infos

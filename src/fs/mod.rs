@@ -27,6 +27,7 @@ mod readdir_snapshot;
 mod resolve;
 mod serve;
 pub mod session;
+mod static_cache;
 mod view;
 pub mod xattrmap;
 

@@ -403,7 +403,8 @@ impl Call<'_> {
     }
 
     /// Records a guest lookup of `parent/name` found as `f` (at union path `rel`) and builds
-    /// the FUSE entry: the node of `f`'s host object (shared by its hard links), bound to it.
+    /// the FUSE entry: the node of `f`'s host object (shared by its hard links), bound to it,
+    /// with the windows its standing allows (`fs/static_cache.rs`).
     pub(crate) fn entry_for(
         &self,
         parent: u64,
@@ -426,8 +427,13 @@ impl Call<'_> {
         let submount = self.submounts_active()
             && st.st_mode & libc::S_IFMT == libc::S_IFDIR
             && crate::sys::beneath::is_mount_root(f.fd.as_fd()).unwrap_or(false);
-        let (attr_timeout, entry_timeout) =
-            self.with_view(|v| (v.opts.cache_attr, v.opts.cache_entry));
+        let standing = self.standing(f.branch, rel);
+        let (attr_timeout, entry_timeout) = self.with_view(|v| {
+            (
+                standing.window(v.opts.cache_attr),
+                standing.window(v.opts.cache_entry),
+            )
+        });
         Ok(Entry {
             inode,
             generation: 0,

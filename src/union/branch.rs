@@ -1,4 +1,5 @@
-//! One branch of the union: a host directory and its mode. Parsing only; no I/O here.
+//! One branch of the union: a host directory, its mode, its free-space floor and whether the
+//! host promises never to change it (`static`). Parsing only; no I/O here.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -34,7 +35,7 @@ pub enum ParseBranchError {
     /// The path part is empty.
     #[error("empty branch path")]
     EmptyPath,
-    /// The per-branch minfreespace after the mode is malformed.
+    /// An item after the mode is neither `static` nor a size (the per-branch minfreespace).
     #[error(transparent)]
     MinFree(#[from] super::size::ParseSizeError),
 }
@@ -51,8 +52,8 @@ impl FromStr for BranchMode {
     }
 }
 
-/// A branch as given on the command line: `PATH[=RW|RO|NC]`. The directory is opened later,
-/// by the fs layer; this is only the description.
+/// A branch as given on the command line: `PATH[=RW|RO|NC[,MINFREE][,static]]`. The directory
+/// is opened later, by the fs layer; this is only the description.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Branch {
     /// Host directory that is the branch root.
@@ -61,28 +62,33 @@ pub struct Branch {
     pub mode: BranchMode,
     /// This branch's minimum free space for creates, overriding the global `minfreespace`.
     pub min_free: Option<u64>,
+    /// `static`: the host never changes this branch while the share is in use, so the guest
+    /// may cache what lives only here for a long time (`fs/static_cache.rs`).
+    pub static_cache: bool,
 }
 
 impl FromStr for Branch {
     type Err = ParseBranchError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (path, mode, min_free) = match s.rsplit_once('=') {
-            Some((p, spec)) => {
-                let (m, size) = match spec.split_once(',') {
-                    Some((m, size)) => (m, Some(super::size::parse_size(size)?)),
-                    None => (spec, None),
-                };
-                (p, m.parse()?, size)
-            }
-            None => (s, BranchMode::RW, None),
-        };
+        let (path, spec) = s.rsplit_once('=').unwrap_or((s, "RW"));
         if path.is_empty() {
             return Err(ParseBranchError::EmptyPath);
+        }
+        let mut items = spec.split(',');
+        let mode = items.next().unwrap_or_default().parse()?;
+        let (mut min_free, mut static_cache) = (None, false);
+        for item in items {
+            if item.eq_ignore_ascii_case("static") {
+                static_cache = true;
+            } else {
+                min_free = Some(super::size::parse_size(item)?);
+            }
         }
         Ok(Branch {
             path: PathBuf::from(path),
             mode,
             min_free,
+            static_cache,
         })
     }
 }
@@ -121,5 +127,13 @@ mod tests {
             "/d=RW,lots".parse::<Branch>(),
             Err(ParseBranchError::MinFree(_))
         ));
+        let b: Branch = "/base=RO,static".parse().unwrap();
+        assert_eq!(
+            (b.mode, b.min_free, b.static_cache),
+            (BranchMode::RO, None, true)
+        );
+        let b: Branch = "/d=NC,1G,STATIC".parse().unwrap();
+        assert_eq!((b.min_free, b.static_cache), (Some(1 << 30), true));
+        assert!(!"/d=RO".parse::<Branch>().unwrap().static_cache);
     }
 }

@@ -142,7 +142,8 @@ impl BranchEdit {
     }
 }
 
-/// The branch list as `user.mergerfs.branches` shows it: `PATH=MODE[,MINFREE]` joined by `:`.
+/// The branch list as `user.mergerfs.branches` shows it: `PATH=MODE[,MINFREE][,static]` joined
+/// by `:`.
 pub fn show(branches: &[Branch]) -> String {
     branches
         .iter()
@@ -151,6 +152,9 @@ pub fn show(branches: &[Branch]) -> String {
             if let Some(m) = b.min_free {
                 s.push(',');
                 s.push_str(&super::size::humanize(m));
+            }
+            if b.static_cache {
+                s.push_str(",static");
             }
             s
         })
@@ -248,7 +252,9 @@ mod tests {
             path: PathBuf::from("/d"),
             mode: BranchMode::RW,
             min_free: Some(4 << 30),
+            static_cache: false,
         });
-        assert_eq!(show(&v), "/a=RW:/b=RO:/c=NC,1G:/d=RW,4G");
+        v.push("/e=RO,static".parse().unwrap());
+        assert_eq!(show(&v), "/a=RW:/b=RO:/c=NC,1G:/d=RW,4G:/e=RO,static");
     }
 }

@@ -25,5 +25,6 @@ mod nodes;
 mod options;
 mod rename_link;
 mod session;
+mod static_cache;
 mod symlinks;
 mod union;

@@ -39,6 +39,7 @@ mod posix_acl;
 mod reboot_soak;
 mod runtime;
 mod security_label;
+mod static_cache;
 mod upgrade;
 mod virtiofsd_options;
 mod xattrmap;

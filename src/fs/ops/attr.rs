@@ -28,12 +28,21 @@ fn is_type(st: &stat64, t: u32) -> bool {
 pub fn getattr(fs: &Call<'_>, inode: u64, handle: Option<u64>) -> io::Result<(stat64, Duration)> {
     if let Some(fh) = handle {
         if let Ok(h) = fs.handles.file(fh, inode) {
-            let st = beneath::stat_fd(h.as_file()?.fd.as_fd())?;
-            return Ok((fs.union_attr(st, b""), fs.view().opts.cache_attr));
+            let file = h.as_file()?;
+            let st = beneath::stat_fd(file.fd.as_fd())?;
+            let branch = file.branch.load(std::sync::atomic::Ordering::Acquire);
+            return Ok((fs.union_attr(st, b""), window(fs, branch, inode)));
         }
     }
     let f = fs.search_node(Func::Getattr, inode)?;
-    Ok((shown(fs, inode, &f), fs.view().opts.cache_attr))
+    Ok((shown(fs, inode, &f), window(fs, f.branch, inode)))
+}
+
+/// The attr window of `inode` found on `branch`: longer for a static node
+/// (`fs/static_cache.rs`).
+fn window(fs: &Call<'_>, branch: usize, inode: u64) -> Duration {
+    fs.node_standing(branch, inode)
+        .window(fs.view().opts.cache_attr)
 }
 
 /// The attributes the guest sees for `inode`, found as `f`.
@@ -282,16 +291,18 @@ pub fn statx(
     handle: Option<u64>,
 ) -> io::Result<(stat64, Duration, Extra)> {
     // One statx(2) gives both (GETATTR's fstat and a statx for the rest took three calls).
-    let timeout = fs.view().opts.cache_attr;
     let handle_fd = handle.and_then(|fh| fs.handles.file(fh, inode).ok());
-    let (st, sx) = match &handle_fd {
+    let (st, sx, timeout) = match &handle_fd {
         Some(h) => {
-            let sx = crate::sys::file::statx_fd(h.as_file()?.fd.as_fd())?;
-            (fs.union_attr(crate::sys::file::stat_of(&sx), b""), sx)
+            let file = h.as_file()?;
+            let sx = crate::sys::file::statx_fd(file.fd.as_fd())?;
+            let branch = file.branch.load(std::sync::atomic::Ordering::Acquire);
+            let st = fs.union_attr(crate::sys::file::stat_of(&sx), b"");
+            (st, sx, window(fs, branch, inode))
         }
         None => {
             let (f, sx) = fs.search_node_statx(Func::Getattr, inode)?;
-            (shown(fs, inode, &f), sx)
+            (shown(fs, inode, &f), sx, window(fs, f.branch, inode))
         }
     };
     let btime = (sx.stx_mask & libc::STATX_BTIME != 0)

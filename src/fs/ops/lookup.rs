@@ -3,6 +3,7 @@
 //! may cache for that long instead of ENOENT. Under a first-found search policy the lookup
 //! memo (`fs/lookup_memo.rs`, which holds the trust rules) says where to look, so a name
 //! costs one probe however many branches the union has; this file probes and fills it.
+//! Names on `static` branches are cached longer (`fs/static_cache.rs`).
 
 use std::ffi::CStr;
 use std::io;
@@ -16,6 +17,7 @@ use crate::fs::inode::Rebind;
 use crate::fs::lookup_memo::{Hint, Positions, Ticket, Windows};
 use crate::fs::options::Func;
 use crate::fs::resolve::{check_name, present, Found};
+use crate::fs::static_cache::negative_window;
 use crate::fs::view::View;
 use crate::sys::abi::zeroed_stat;
 
@@ -42,31 +44,40 @@ pub fn lookup(fs: &Call<'_>, parent: u64, name: &CStr) -> io::Result<Entry> {
                     memo.note_dir(&t, view, entry.inode, &dir, &absent, false, w);
                 }
             }
-            Ok(trusted(entry, trust))
+            Ok(trusted(fs.view(), entry, trust))
         }
-        Err(e)
-            if e.raw_os_error() == Some(libc::ENOENT)
-                && !fs.view().opts.cache_negative_entry.is_zero() =>
-        {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !negative(fs.view()).is_zero() => {
             let entry = Entry {
                 inode: 0,
                 generation: 0,
                 attr: zeroed_stat(),
                 attr_flags: 0,
                 attr_timeout: Default::default(),
-                entry_timeout: fs.view().opts.cache_negative_entry,
+                entry_timeout: negative(fs.view()),
             };
-            Ok(trusted(entry, trust))
+            Ok(trusted(fs.view(), entry, trust))
         }
         Err(e) => Err(e),
     }
 }
 
+/// The window of a negative entry under `view` (longer when every branch is static).
+fn negative(view: &View) -> std::time::Duration {
+    negative_window(view.branches.all_static(), view.opts.cache_negative_entry)
+}
+
 /// `entry` with its name cached no longer than the memoized facts it came from hold, so
 /// that a host-side change reaches the guest within one window of the probe that saw the
-/// old state (not a window after a memoized answer given late in the first).
-pub(crate) fn trusted(mut entry: Entry, trust: Option<std::time::Duration>) -> Entry {
-    if let Some(left) = trust {
+/// old state (not a window after a memoized answer given late in the first). A window
+/// lengthened past the configured one (a static standing, `fs/static_cache.rs`) rests on
+/// no host change to wait for, so it stays.
+pub(crate) fn trusted(view: &View, mut entry: Entry, trust: Option<std::time::Duration>) -> Entry {
+    let configured = if entry.inode == 0 {
+        view.opts.cache_negative_entry
+    } else {
+        view.opts.cache_entry
+    };
+    if let Some(left) = trust.filter(|_| entry.entry_timeout <= configured) {
         entry.entry_timeout = entry.entry_timeout.min(left);
     }
     entry

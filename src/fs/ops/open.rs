@@ -139,7 +139,10 @@ pub fn open(
     if flags.contains(OFlags::TRUNC) {
         clear_renamed_capability(fs.view(), fd.as_fd())?;
     }
-    let opts = open_options(fs, inode, &f.st);
+    // A file only static branches hold keeps its page cache (`fs/static_cache.rs`).
+    let opts = fs
+        .node_standing(f.branch, inode)
+        .file_open(open_options(fs, inode, &f.st));
     // Not yet copied up: its first write moves it, so the kernel must not hold this copy.
     let ro_cow = fs.view().opts.cow && fs.view().branches.is_ro(f.branch);
     let fh = fs.new_handle(Handle::File(FileHandle {

@@ -35,13 +35,14 @@ pub fn opendir(fs: &Call<'_>, inode: u64) -> io::Result<(Option<u64>, OpenOption
         snapshot: Default::default(),
     }))?;
     // As mergerfs's `cache.readdir`: the listing the guest cached stays across opens, until
-    // the guest changes the directory itself or sees its mtime change.
+    // the guest changes the directory itself or sees its mtime change. A directory only
+    // static branches hold keeps it regardless.
     let cached = if fs.view().opts.cache_readdir {
         OpenOptions::CACHE_DIR | OpenOptions::KEEP_CACHE
     } else {
         OpenOptions::empty()
     };
-    Ok((Some(fh), cached))
+    Ok((Some(fh), fs.node_standing(f.branch, inode).dir_open(cached)))
 }
 
 /// Builds the merged listing of directory `rel`. Each name comes from the first branch that has
@@ -275,6 +276,7 @@ pub fn readdirplus(
             let answer = search_child(fs, Func::Getattr, inode, name, full);
             match answer.found {
                 Ok(f) => trusted(
+                    fs.view(),
                     fs.entry_for(inode, name, full, &f, Rebind::No)?,
                     answer.trust,
                 ),
