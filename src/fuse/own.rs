@@ -225,7 +225,7 @@ impl<F: ServedFs> Server<F> {
     }
 }
 
-/// The STATX reply for attributes `st` (valid for `valid`) and `extra` (served in `meta.rs`).
+/// The STATX reply for attributes `st` (valid for `valid`) and `extra` (served by the router).
 pub(super) fn statx_out(
     st: &fuse_backend_rs::abi::fuse_abi::stat64,
     valid: std::time::Duration,
