@@ -63,78 +63,59 @@ impl<'a> Parts<'a, Mapped<'a>> {
         I: IntoIterator<Item = Descriptor>,
     {
         let mut parts = Self::empty();
-        parts.map_rest(mem, &mut descriptors.into_iter())?;
+        parts.extend(mem, &mut descriptors.into_iter(), usize::MAX)?;
         Ok(parts)
     }
 
     /// Maps the buffers `descriptors` yields, in order, until at least `readable` bytes of
     /// device-readable buffers are mapped (the rest of the chain stays in `descriptors`, to
-    /// be mapped by a later call) or the chain ends; `usize::MAX`: all of them.
-    pub(crate) fn extend<M>(
-        &mut self,
-        mem: &'a GuestMemoryMmap<Logged>,
-        descriptors: &mut Descriptors<'a, M>,
-        readable: usize,
-    ) -> Result<(), Bad>
-    where
-        M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
-    {
-        // One loop per kind of walk, each as tight as a single walk's (a 1 MiB READ is 258
-        // descriptors).
-        match (descriptors, readable) {
-            (Descriptors::Table(t), usize::MAX) => self.map_rest(mem, t),
-            (Descriptors::Chain(c), usize::MAX) => self.map_rest(mem, c),
-            (Descriptors::Table(t), n) => self.map_readable(mem, t, n),
-            (Descriptors::Chain(c), n) => self.map_readable(mem, c, n),
-        }
-    }
-
-    /// Maps one buffer into its direction's list.
-    #[inline(always)]
-    fn push(&mut self, mem: &'a GuestMemoryMmap<Logged>, d: Descriptor) -> Result<(), Bad> {
-        let s = mem
-            .get_slice(d.addr(), d.len() as usize)
-            .map_err(|_| Bad::Address)?;
-        if d.is_write_only() {
-            self.writable.push(s);
-            self.writable_at.push(d.addr());
-        } else if self.writable.is_empty() {
-            self.readable.push(s);
-        } else {
-            return Err(Bad::Order);
-        }
-        Ok(())
-    }
-
-    /// Maps every buffer left.
-    fn map_rest(
-        &mut self,
-        mem: &'a GuestMemoryMmap<Logged>,
-        descriptors: &mut impl Iterator<Item = Descriptor>,
-    ) -> Result<(), Bad> {
-        for d in descriptors {
-            if d.len() != 0 {
-                self.push(mem, d)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Maps buffers until `readable` bytes of readable ones are mapped, or a writable one.
-    fn map_readable(
+    /// be mapped by a later call) or the chain ends.
+    pub(crate) fn extend(
         &mut self,
         mem: &'a GuestMemoryMmap<Logged>,
         descriptors: &mut impl Iterator<Item = Descriptor>,
         readable: usize,
     ) -> Result<(), Bad> {
         let mut have: usize = self.readable.iter().map(|b| b.len()).sum();
-        while have < readable && self.writable.is_empty() {
+        while have < readable {
             let Some(d) = descriptors.next() else {
-                break;
+                return Ok(());
             };
-            if d.len() != 0 {
-                have = have.saturating_add(d.len() as usize);
-                self.push(mem, d)?;
+            if d.len() == 0 {
+                continue;
+            }
+            let s = mem
+                .get_slice(d.addr(), d.len() as usize)
+                .map_err(|_| Bad::Address)?;
+            if d.is_write_only() {
+                self.writable.push(s);
+                self.writable_at.push(d.addr());
+                // Only writable buffers may follow: nothing more to read.
+                have = usize::MAX;
+            } else if self.writable.is_empty() {
+                have += s.len();
+                self.readable.push(s);
+            } else {
+                return Err(Bad::Order);
+            }
+        }
+        // Past the readable bytes wanted: the rest, when asked for everything.
+        if readable == usize::MAX {
+            for d in descriptors {
+                if d.len() == 0 {
+                    continue;
+                }
+                let s = mem
+                    .get_slice(d.addr(), d.len() as usize)
+                    .map_err(|_| Bad::Address)?;
+                if d.is_write_only() {
+                    self.writable.push(s);
+                    self.writable_at.push(d.addr());
+                } else if self.writable.is_empty() {
+                    self.readable.push(s);
+                } else {
+                    return Err(Bad::Order);
+                }
             }
         }
         Ok(())
@@ -226,7 +207,6 @@ pub(crate) struct TableWalk<'a> {
 impl Iterator for TableWalk<'_> {
     type Item = Descriptor;
 
-    #[inline(always)]
     fn next(&mut self) -> Option<Descriptor> {
         loop {
             if self.ttl == 0 || self.next >= self.entries {
@@ -517,10 +497,10 @@ mod tests {
         let mut rest = chain.into_iter();
         let mut parts = Parts::empty();
         // The header and READ's size: the first two buffers only.
-        parts.map_readable(&m, &mut rest, 60).unwrap();
+        parts.extend(&m, &mut rest, 60).unwrap();
         assert_eq!(spans(&parts).len(), 2);
         assert_eq!(rest.len(), 4, "the reply's buffers are not walked yet");
-        parts.map_rest(&m, &mut rest).unwrap();
+        parts.extend(&m, &mut rest, usize::MAX).unwrap();
         assert_eq!(rest.len(), 0);
         let whole = Parts::map(&m, chain).unwrap();
         assert_eq!(spans(&parts), spans(&whole));
