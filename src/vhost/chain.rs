@@ -46,41 +46,18 @@ pub(crate) enum Bad {
 pub(crate) type Mapped<'a> = MS<'a, GuestMemoryMmap<Logged>>;
 
 impl<'a> Parts<'a, Mapped<'a>> {
-    /// No buffer yet.
-    pub(crate) fn empty() -> Self {
-        Parts {
-            readable: SmallVec::new(),
-            writable: SmallVec::new(),
-            writable_at: SmallVec::new(),
-        }
-    }
-
     /// Maps every buffer of `descriptors` (already bounded by the queue: virtio-queue's
     /// iterator follows indirect tables, stops at the queue size and at 4 GiB).
-    #[cfg(test)]
     pub(crate) fn map<I>(mem: &'a GuestMemoryMmap<Logged>, descriptors: I) -> Result<Self, Bad>
     where
         I: IntoIterator<Item = Descriptor>,
     {
-        let mut parts = Self::empty();
-        parts.extend(mem, &mut descriptors.into_iter(), usize::MAX)?;
-        Ok(parts)
-    }
-
-    /// Maps the buffers `descriptors` yields, in order, until at least `readable` bytes of
-    /// device-readable buffers are mapped (the rest of the chain stays in `descriptors`, to
-    /// be mapped by a later call) or the chain ends.
-    pub(crate) fn extend(
-        &mut self,
-        mem: &'a GuestMemoryMmap<Logged>,
-        descriptors: &mut impl Iterator<Item = Descriptor>,
-        readable: usize,
-    ) -> Result<(), Bad> {
-        let mut have: usize = self.readable.iter().map(|b| b.len()).sum();
-        while have < readable {
-            let Some(d) = descriptors.next() else {
-                return Ok(());
-            };
+        let mut parts = Parts {
+            readable: SmallVec::new(),
+            writable: SmallVec::new(),
+            writable_at: SmallVec::new(),
+        };
+        for d in descriptors {
             if d.len() == 0 {
                 continue;
             }
@@ -88,37 +65,15 @@ impl<'a> Parts<'a, Mapped<'a>> {
                 .get_slice(d.addr(), d.len() as usize)
                 .map_err(|_| Bad::Address)?;
             if d.is_write_only() {
-                self.writable.push(s);
-                self.writable_at.push(d.addr());
-                // Only writable buffers may follow: nothing more to read.
-                have = usize::MAX;
-            } else if self.writable.is_empty() {
-                have += s.len();
-                self.readable.push(s);
+                parts.writable.push(s);
+                parts.writable_at.push(d.addr());
+            } else if parts.writable.is_empty() {
+                parts.readable.push(s);
             } else {
                 return Err(Bad::Order);
             }
         }
-        // Past the readable bytes wanted: the rest, when asked for everything.
-        if readable == usize::MAX {
-            for d in descriptors {
-                if d.len() == 0 {
-                    continue;
-                }
-                let s = mem
-                    .get_slice(d.addr(), d.len() as usize)
-                    .map_err(|_| Bad::Address)?;
-                if d.is_write_only() {
-                    self.writable.push(s);
-                    self.writable_at.push(d.addr());
-                } else if self.writable.is_empty() {
-                    self.readable.push(s);
-                } else {
-                    return Err(Bad::Order);
-                }
-            }
-        }
-        Ok(())
+        Ok(parts)
     }
 }
 
@@ -194,7 +149,7 @@ const DESC: usize = size_of::<Descriptor>();
 /// never from inside one; at most as many descriptors as the table has entries; the chain
 /// ends at a bad index, a bad indirect table or at 4 GiB of buffers), read from one mapping
 /// of the table instead of a guest-memory lookup per descriptor.
-pub(crate) struct TableWalk<'a> {
+struct TableWalk<'a> {
     mem: &'a GuestMemoryMmap<Logged>,
     table: VolatileSlice<'a, Mapped<'a>>,
     entries: u16,
@@ -245,55 +200,10 @@ impl Iterator for TableWalk<'_> {
     }
 }
 
-/// The descriptors of one chain, read as they are needed: from one mapping of the queue's
-/// descriptor table, or by virtio-queue's iterator where the table is not in one piece of
-/// guest memory.
-pub(crate) enum Descriptors<'a, M: Deref<Target = GuestMemoryMmap<Logged>> + Clone> {
-    /// From the mapped table.
-    Table(TableWalk<'a>),
-    /// By virtio-queue.
-    Chain(DescriptorChain<M>),
-}
-
-impl<M: Deref<Target = GuestMemoryMmap<Logged>> + Clone> Iterator for Descriptors<'_, M> {
-    type Item = Descriptor;
-
-    fn next(&mut self) -> Option<Descriptor> {
-        match self {
-            Descriptors::Table(t) => t.next(),
-            Descriptors::Chain(c) => c.next(),
-        }
-    }
-}
-
-impl<'a, M: Deref<Target = GuestMemoryMmap<Logged>> + Clone> Descriptors<'a, M> {
-    /// The descriptors of `chain`, a chain of the queue `ring`.
-    pub(crate) fn of(
-        mem: &'a GuestMemoryMmap<Logged>,
-        chain: &DescriptorChain<M>,
-        ring: Ring,
-    ) -> Self {
-        let table = usize::from(ring.size)
-            .checked_mul(DESC)
-            .and_then(|len| mem.get_slice(ring.table, len).ok());
-        match table {
-            Some(table) => Descriptors::Table(TableWalk {
-                mem,
-                table,
-                entries: ring.size,
-                next: chain.head_index(),
-                ttl: ring.size,
-                yielded: 0,
-                indirect: false,
-            }),
-            None => Descriptors::Chain(chain.clone()),
-        }
-    }
-}
-
 impl<'a> Parts<'a, Mapped<'a>> {
-    /// Maps the buffers of `chain`, a chain of the queue `ring`, all of them.
-    #[cfg(test)]
+    /// Maps the buffers of `chain`, a chain of the queue `ring` (its descriptors read from
+    /// one mapping of the table; by virtio-queue's iterator where the table is not in one
+    /// piece of guest memory).
     pub(crate) fn of_chain<M>(
         mem: &'a GuestMemoryMmap<Logged>,
         chain: &DescriptorChain<M>,
@@ -302,7 +212,24 @@ impl<'a> Parts<'a, Mapped<'a>> {
     where
         M: Deref<Target = GuestMemoryMmap<Logged>> + Clone,
     {
-        Self::map(mem, Descriptors::of(mem, chain, ring))
+        let table = usize::from(ring.size)
+            .checked_mul(DESC)
+            .and_then(|len| mem.get_slice(ring.table, len).ok());
+        match table {
+            Some(table) => Self::map(
+                mem,
+                TableWalk {
+                    mem,
+                    table,
+                    entries: ring.size,
+                    next: chain.head_index(),
+                    ttl: ring.size,
+                    yielded: 0,
+                    indirect: false,
+                },
+            ),
+            None => Self::map(mem, chain.clone()),
+        }
     }
 }
 
@@ -479,31 +406,6 @@ mod tests {
         ] {
             assert_eq!(Parts::map(&m, chain).err(), Some(Bad::Address));
         }
-    }
-
-    #[test]
-    fn a_chain_is_mapped_as_far_as_asked_and_the_rest_later() {
-        let m = mem();
-        // A request as a Linux guest lays it out: header, arguments, the out header and
-        // three pages of reply.
-        let chain = [
-            d(0x100, 40, false),
-            d(0x200, 24, false),
-            d(0x300, 16, true),
-            d(0x1000, 4096, true),
-            d(0x2000, 4096, true),
-            d(0x3000, 4096, true),
-        ];
-        let mut rest = chain.into_iter();
-        let mut parts = Parts::empty();
-        // The header and READ's size: the first two buffers only.
-        parts.extend(&m, &mut rest, 60).unwrap();
-        assert_eq!(spans(&parts).len(), 2);
-        assert_eq!(rest.len(), 4, "the reply's buffers are not walked yet");
-        parts.extend(&m, &mut rest, usize::MAX).unwrap();
-        assert_eq!(rest.len(), 0);
-        let whole = Parts::map(&m, chain).unwrap();
-        assert_eq!(spans(&parts), spans(&whole));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use fuse_backend_rs::abi::fuse_abi::{InHeader, OutHeader};
 use log::{debug, warn};
 use virtio_queue::DescriptorChain;
 
-use super::chain::{Bad, Descriptors, Mapped, Parts, Ring};
+use super::chain::{Bad, Mapped, Parts, Ring};
 use super::pool::Pool;
 use super::split::{self, ChainMemory};
 use crate::fuse::{self, Cursor, Negotiated, ReadJob, ServedFs, Server};
@@ -30,10 +30,6 @@ pub struct Dispatcher<F: ServedFs> {
     /// CPUs this process may run on: no more threads than these fill one READ.
     cpus: usize,
 }
-
-/// The readable bytes that say where a request runs: its header, and READ's or WRITE's
-/// size (the third field of ReadIn and WriteIn).
-const PLACE_BYTES: usize = size_of::<InHeader>() + 20;
 
 /// Where a request runs: the opcode table's cost; for READ and WRITE, their size (the
 /// third field of ReadIn and WriteIn, read from `r`, the cursor past the header).
@@ -170,33 +166,25 @@ impl<F: ServedFs> Dispatcher<F> {
     {
         let head = chain.head_index();
         let mem = chain.memory();
-        let bad = |e: Bad| {
-            match e {
+        // The one walk over the chain: every buffer mapped, the order checked.
+        let parts = match Parts::of_chain(mem, &chain, ring) {
+            Ok(parts) => parts,
+            Err(Bad::Order) => {
                 // Virtio requires device-readable descriptors first; QEMU calls such a chain
                 // a broken driver. Serving a reordered view of it would be guesswork: drop it.
-                Bad::Order => warn!(
+                warn!(
                     "descriptor chain {head}: writable descriptor before a readable one, dropped"
-                ),
-                Bad::Address => {
-                    warn!("descriptor chain {head}: a buffer outside guest memory, dropped")
-                }
+                );
+                return Ok(0);
             }
-            Ok(0)
+            Err(Bad::Address) => {
+                warn!("descriptor chain {head}: a buffer outside guest memory, dropped");
+                return Ok(0);
+            }
         };
-        // The one walk over the chain, in two steps: the buffers that hold the header and
-        // READ's or WRITE's size first; the rest once the request is known to be served here
-        // (a request handed to another thread is walked there, once).
-        let mut descriptors = Descriptors::of(mem, &chain, ring);
-        let mut parts = Parts::empty();
-        if let Err(e) = parts.extend(mem, &mut descriptors, PLACE_BYTES) {
-            return bad(e);
-        }
         let mut r = parts.reader();
         // The one read of the header from guest memory.
         let Ok(hdr) = r.read_obj::<InHeader>() else {
-            if let Err(e) = parts.extend(mem, &mut descriptors, usize::MAX) {
-                return bad(e);
-            }
             warn!("descriptor chain {head}: no readable FUSE header, dropped");
             return Ok(0);
         };
@@ -205,11 +193,6 @@ impl<F: ServedFs> Dispatcher<F> {
             drop(parts);
             return Err((chain, place));
         }
-        if let Err(e) = parts.extend(mem, &mut descriptors, usize::MAX) {
-            return bad(e);
-        }
-        let mut r = parts.reader();
-        r.skip(size_of::<InHeader>());
         let link = Link {
             queue_size,
             parts: &parts,
