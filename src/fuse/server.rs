@@ -231,24 +231,17 @@ impl<F: ServedFs> Server<F> {
         self.serve(&hdr, r, Cursor::new(&writable), &Plain(max_pages))
     }
 
-    /// The caller of `hdr` (the filesystem maps its ids).
-    fn caller(&self, hdr: &InHeader) -> io::Result<Context> {
-        Ok(Context::from(hdr))
-    }
-
     /// READ: its arguments from `r`, its data filled by the transport straight behind the
     /// reply header.
     fn read<B: BitmapSlice, T: Transport<F, B>>(
         &self,
         hdr: &InHeader,
         r: Cursor<'_, '_, B>,
-        mut w: Cursor<'_, '_, B>,
+        w: Cursor<'_, '_, B>,
         t: &T,
     ) -> Result<usize, RequestError> {
-        let ctx = match self.caller(hdr) {
-            Ok(ctx) => ctx,
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
+        // The caller as the guest names it: the filesystem maps its ids.
+        let ctx = Context::from(hdr);
         let max_read = self.limits().max_read(self.page_size);
         let view = self.fs.view();
         request_io::read(hdr, r, w, max_read, |arg, owner, data| {
@@ -273,12 +266,9 @@ impl<F: ServedFs> Server<F> {
         &self,
         hdr: &InHeader,
         r: Cursor<'_, '_, B>,
-        mut w: Cursor<'_, '_, B>,
+        w: Cursor<'_, '_, B>,
     ) -> Result<usize, RequestError> {
-        let ctx = match self.caller(hdr) {
-            Ok(ctx) => ctx,
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
+        let ctx = Context::from(hdr);
         let view = self.fs.view();
         let req = Request {
             unique: hdr.unique,
@@ -317,11 +307,7 @@ impl<F: ServedFs> Server<F> {
         if op == Op::Init {
             return self.init(&hdr, &body, &mut w, max_pages);
         }
-        let ctx = match self.caller(&hdr) {
-            Ok(ctx) => ctx,
-            Err(_) if !replies => return Ok(0),
-            Err(e) => return reply_io_error(&mut w, hdr.unique, &e),
-        };
+        let ctx = Context::from(&hdr);
         let view = self.fs.view();
         let req = Request {
             unique: hdr.unique,
