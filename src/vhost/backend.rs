@@ -319,7 +319,7 @@ where
                     }
                     Place::OwnThread => false,
                 };
-                let (chain, place) = match self
+                let (deferred, place) = match self
                     .dispatcher
                     .serve_or_defer(chain, ring, ring.size, stays)
                 {
@@ -332,7 +332,8 @@ where
                 let dispatcher = self.dispatcher.clone();
                 let worker_vring = vring.clone();
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                    let len = dispatcher.handle(chain, ring, ring.size);
+                    let head = deferred.head();
+                    let len = dispatcher.serve_deferred(deferred, ring.size);
                     complete(&worker_vring, head, len, event_idx);
                 });
                 let job = match place {

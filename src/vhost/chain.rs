@@ -28,9 +28,21 @@ const INLINE: usize = 6;
 pub(crate) struct Parts<'a, B: BitmapSlice> {
     readable: SmallVec<[VolatileSlice<'a, B>; INLINE]>,
     writable: SmallVec<[VolatileSlice<'a, B>; INLINE]>,
+    /// Where each readable buffer starts in guest memory (for the thread that serves the
+    /// request elsewhere to map it again: [`Parts::spans`]).
+    readable_at: SmallVec<[GuestAddress; INLINE]>,
     /// Where each writable buffer starts in guest memory (for another thread to map a part
     /// of the reply again: [`Parts::writable_spans`]).
     writable_at: SmallVec<[GuestAddress; INLINE]>,
+}
+
+/// A walked chain's buffers as guest memory spans (address, length), split by direction:
+/// what a thread other than the one that walked the chain maps to serve it
+/// ([`Parts::of_spans`]), without reading the descriptor table again.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Spans {
+    readable: SmallVec<[(GuestAddress, usize); INLINE]>,
+    writable: SmallVec<[(GuestAddress, usize); INLINE]>,
 }
 
 /// Why a chain cannot be served.
@@ -55,6 +67,7 @@ impl<'a> Parts<'a, Mapped<'a>> {
         let mut parts = Parts {
             readable: SmallVec::new(),
             writable: SmallVec::new(),
+            readable_at: SmallVec::new(),
             writable_at: SmallVec::new(),
         };
         for d in descriptors {
@@ -69,15 +82,49 @@ impl<'a> Parts<'a, Mapped<'a>> {
                 parts.writable_at.push(d.addr());
             } else if parts.writable.is_empty() {
                 parts.readable.push(s);
+                parts.readable_at.push(d.addr());
             } else {
                 return Err(Bad::Order);
             }
         }
         Ok(parts)
     }
+
+    /// Maps `spans` (from [`Parts::spans`] of a chain of `mem`) again, on the thread that
+    /// serves the request: the same buffers, whatever the guest wrote into its descriptor
+    /// table since.
+    pub(crate) fn of_spans(mem: &'a GuestMemoryMmap<Logged>, spans: &Spans) -> Result<Self, Bad> {
+        let map =
+            |&(at, len): &(GuestAddress, usize)| mem.get_slice(at, len).map_err(|_| Bad::Address);
+        Ok(Parts {
+            readable: spans.readable.iter().map(map).collect::<Result<_, _>>()?,
+            writable: spans.writable.iter().map(map).collect::<Result<_, _>>()?,
+            readable_at: spans.readable.iter().map(|s| s.0).collect(),
+            writable_at: spans.writable.iter().map(|s| s.0).collect(),
+        })
+    }
 }
 
 impl<'a, B: BitmapSlice> Parts<'a, B> {
+    /// Every buffer as a guest memory span, for another thread to map ([`Parts::of_spans`]).
+    pub(crate) fn spans(&self) -> Spans {
+        let span = |(&at, b): (&GuestAddress, &VolatileSlice<'a, B>)| (at, b.len());
+        Spans {
+            readable: self
+                .readable_at
+                .iter()
+                .zip(&self.readable)
+                .map(span)
+                .collect(),
+            writable: self
+                .writable_at
+                .iter()
+                .zip(&self.writable)
+                .map(span)
+                .collect(),
+        }
+    }
+
     /// A cursor over the readable buffers.
     pub(crate) fn reader(&self) -> Cursor<'_, 'a, B> {
         Cursor::new(&self.readable)

@@ -1,6 +1,7 @@
 //! Serves one FUSE request from one descriptor chain, walked once: its buffers mapped, the
 //! header read from guest memory once, the request placed by the opcode table's cost (here on
-//! the queue thread, on a worker, or on a thread of its own), then handed to the protocol
+//! the queue thread, on a worker, or on a thread of its own: that thread maps the buffers the
+//! walk found, it does not walk again), then handed to the protocol
 //! server (`crate::fuse`) as cursors over the chain's buffers. A large READ's data may be
 //! filled by several threads (`split.rs`). Knows descriptors, not FUSE opcodes beyond their
 //! cost. Guest input is untrusted: nothing here may panic on it.
@@ -13,7 +14,7 @@ use fuse_backend_rs::abi::fuse_abi::{InHeader, OutHeader};
 use log::{debug, warn};
 use virtio_queue::DescriptorChain;
 
-use super::chain::{Bad, Mapped, Parts, Ring};
+use super::chain::{Bad, Mapped, Parts, Ring, Spans};
 use super::pool::Pool;
 use super::split::{self, ChainMemory};
 use crate::fuse::{self, Cursor, Negotiated, ReadJob, ServedFs, Server};
@@ -151,16 +152,17 @@ impl<F: ServedFs> Dispatcher<F> {
     }
 
     /// [`Dispatcher::handle`], unless `here`, told where the request belongs once its header
-    /// is read, answers false: then the chain comes back unserved with that place, for the
-    /// caller to hand to another thread (which walks it again: only costly requests go).
-    /// A malformed chain is dropped here (`Ok(0)`) without asking.
+    /// is read, answers false: then the request comes back unserved as walked (its header
+    /// and its buffers' guest addresses) with that place, for the caller to hand to another
+    /// thread ([`Dispatcher::serve_deferred`], which maps those buffers and does not walk the
+    /// chain again). A malformed chain is dropped here (`Ok(0)`) without asking.
     pub(crate) fn serve_or_defer<M>(
         &self,
         chain: DescriptorChain<M>,
         ring: Ring,
         queue_size: u16,
         here: impl FnOnce(Place) -> bool,
-    ) -> Result<u32, (DescriptorChain<M>, Place)>
+    ) -> Result<u32, (Deferred<M>, Place)>
     where
         M: ChainMemory,
     {
@@ -190,19 +192,69 @@ impl<F: ServedFs> Dispatcher<F> {
         };
         let place = place_of(&hdr, &r);
         if !here(place) {
+            let spans = parts.spans();
             drop(parts);
-            return Err((chain, place));
+            return Err((Deferred { chain, hdr, spans }, place));
         }
+        Ok(self.serve_parts(&chain, &hdr, r, &parts, queue_size))
+    }
+
+    /// Serves a request [`Dispatcher::serve_or_defer`] handed back, on the thread it was
+    /// handed to: its buffers mapped from the addresses the walk found, its header the one
+    /// the walk read (a guest rewriting either in the meantime changes nothing). Returns the
+    /// bytes written into the chain, for `add_used`.
+    pub(crate) fn serve_deferred<M>(&self, d: Deferred<M>, queue_size: u16) -> u32
+    where
+        M: ChainMemory,
+    {
+        // The memory the walk mapped, held by the chain since: every span maps again.
+        let Ok(parts) = Parts::of_spans(d.chain.memory(), &d.spans) else {
+            warn!(
+                "descriptor chain {}: a buffer outside guest memory, dropped",
+                d.chain.head_index()
+            );
+            return 0;
+        };
+        let mut r = parts.reader();
+        r.skip(size_of::<InHeader>());
+        self.serve_parts(&d.chain, &d.hdr, r, &parts, queue_size)
+    }
+
+    /// Hands the request `hdr` (its arguments in `r`, its reply room in `parts`' writable
+    /// buffers) to the protocol server.
+    fn serve_parts<'a, M: ChainMemory>(
+        &self,
+        chain: &DescriptorChain<M>,
+        hdr: &InHeader,
+        r: Cursor<'_, 'a, Mapped<'a>>,
+        parts: &Parts<'a, Mapped<'a>>,
+        queue_size: u16,
+    ) -> u32 {
         let link = Link {
             queue_size,
-            parts: &parts,
-            chain: &chain,
+            parts,
+            chain,
             helpers: self.helpers.as_deref(),
             cpus: self.cpus,
             unique: hdr.unique,
         };
-        let used = self.server.serve(&hdr, r, parts.writer(), &link);
-        Ok(u32::try_from(used).unwrap_or(0))
+        let used = self.server.serve(hdr, r, parts.writer(), &link);
+        u32::try_from(used).unwrap_or(0)
+    }
+}
+
+/// A request walked on the queue thread and placed on another: the chain (its memory, its
+/// head for `add_used`), the header read, its buffers' guest addresses.
+pub(crate) struct Deferred<M: ChainMemory> {
+    chain: DescriptorChain<M>,
+    hdr: InHeader,
+    spans: Spans,
+}
+
+impl<M: ChainMemory> Deferred<M> {
+    /// The chain's head index, for `add_used`.
+    pub(crate) fn head(&self) -> u16 {
+        self.chain.head_index()
     }
 }
 

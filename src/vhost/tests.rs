@@ -548,3 +548,70 @@ fn a_request_is_decoded_from_guest_memory_once() {
     let h = out_header(&reply);
     assert_eq!((h.unique, h.error), (7, -libc::ENOSYS), "served as GETATTR");
 }
+
+#[test]
+fn a_request_served_elsewhere_is_the_one_the_walk_found() {
+    // The queue thread walks a 4 KiB READ and hands it on (as it does a costly request);
+    // before the other thread serves it, the guest rewrites the request's header and points
+    // its reply descriptor elsewhere. The request served is the one walked: its unique id,
+    // its reply buffer. (Walking the chain again would put the reply at `MOVED`.)
+    const MOVED: u64 = 0x40_0000;
+    let d = Dispatcher::new(FakeFs::default(), 1020);
+    let mem = memory();
+    init(&d, &mem, 16);
+    let request = read_req(41, 0, 4096);
+    mem.write_slice(&request, GuestAddress(REQ_ADDR)).unwrap();
+    for at in [REPLY_ADDR, MOVED] {
+        mem.write_slice(&[0xee; 4112], GuestAddress(at)).unwrap();
+    }
+    let descs = [
+        RawDescriptor::from(SplitDescriptor::new(
+            REQ_ADDR,
+            request.len() as u32,
+            VRING_DESC_F_NEXT as u16,
+            1,
+        )),
+        RawDescriptor::from(SplitDescriptor::new(
+            REPLY_ADDR,
+            4112,
+            VRING_DESC_F_WRITE as u16,
+            0,
+        )),
+    ];
+    let vq = MockSplitQueue::new(&mem, 16);
+    let chain = vq.build_desc_chain(&descs).unwrap();
+    let ring = super::Ring {
+        table: vq.desc_table_addr(),
+        size: 16,
+    };
+    let Err((deferred, _)) = d.serve_or_defer(chain, ring, 16, |_| false) else {
+        panic!("the request was served where it was asked not to be");
+    };
+    // The guest's rewrites: a new unique id in the header, the reply descriptor (entry
+    // `head + 1` of the table, 16 bytes each, its address first) moved.
+    let mut moved_header = request.clone();
+    moved_header[8..16].copy_from_slice(&99u64.to_le_bytes());
+    mem.write_slice(&moved_header, GuestAddress(REQ_ADDR))
+        .unwrap();
+    let reply_desc = vq.desc_table_addr().0 + 16 * (u64::from(deferred.head()) + 1);
+    mem.write_obj(MOVED, GuestAddress(reply_desc)).unwrap();
+
+    let used = d.serve_deferred(deferred, 16);
+    assert_eq!(used, 4112);
+    let mut reply = vec![0u8; 4112];
+    mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
+        .unwrap();
+    assert_eq!(
+        (out_header(&reply).unique, out_header(&reply).error),
+        (41, 0)
+    );
+    assert!(reply[16..]
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (i % 251) as u8));
+    mem.read_slice(&mut reply, GuestAddress(MOVED)).unwrap();
+    assert!(
+        reply.iter().all(|&b| b == 0xee),
+        "nothing written where the guest moved the reply"
+    );
+}
