@@ -333,7 +333,7 @@ where
                 let worker_vring = vring.clone();
                 let job: Box<dyn FnOnce() + Send> = Box::new(move || {
                     let head = deferred.head();
-                    let len = dispatcher.serve_deferred(deferred, ring.size);
+                    let len = dispatcher.serve_deferred(*deferred, ring.size);
                     complete(&worker_vring, head, len, event_idx);
                 });
                 let job = match place {

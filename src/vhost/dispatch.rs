@@ -162,7 +162,7 @@ impl<F: ServedFs> Dispatcher<F> {
         ring: Ring,
         queue_size: u16,
         here: impl FnOnce(Place) -> bool,
-    ) -> Result<u32, (Deferred<M>, Place)>
+    ) -> Result<u32, (Box<Deferred<M>>, Place)>
     where
         M: ChainMemory,
     {
@@ -194,7 +194,8 @@ impl<F: ServedFs> Dispatcher<F> {
         if !here(place) {
             let spans = parts.spans();
             drop(parts);
-            return Err((Deferred { chain, hdr, spans }, place));
+            // Boxed: the hand-off allocates its job anyway; the request served here returns a word.
+            return Err((Box::new(Deferred { chain, hdr, spans }), place));
         }
         Ok(self.serve_parts(&chain, &hdr, r, &parts, queue_size))
     }

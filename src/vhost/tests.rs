@@ -596,7 +596,7 @@ fn a_request_served_elsewhere_is_the_one_the_walk_found() {
     let reply_desc = vq.desc_table_addr().0 + 16 * (u64::from(deferred.head()) + 1);
     mem.write_obj(MOVED, GuestAddress(reply_desc)).unwrap();
 
-    let used = d.serve_deferred(deferred, 16);
+    let used = d.serve_deferred(*deferred, 16);
     assert_eq!(used, 4112);
     let mut reply = vec![0u8; 4112];
     mem.read_slice(&mut reply, GuestAddress(REPLY_ADDR))
