@@ -5,12 +5,38 @@
 //! policies see modes and floors as a `&[BranchInfo]` slice in branch order (positions, not
 //! ids); [`Branches::id_at`] turns a position back into an id.
 
+use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::union::policy::BranchInfo;
 use crate::union::{Branch, BranchMode};
+
+/// A branch's id: given when the branch joins the union, kept while it stays, never given to
+/// another branch. Not a position in branch order (a plain `usize`, what the policies
+/// answer): [`Branches::id_at`] and [`Branches::position`] turn one into the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BranchId(usize);
+
+impl BranchId {
+    /// The id numbered `n` where a number is all there is: a session image, a control
+    /// request, a test.
+    pub(crate) const fn from_raw(n: usize) -> Self {
+        BranchId(n)
+    }
+
+    /// Its number, for a session image or a control reply.
+    pub(crate) const fn raw(self) -> usize {
+        self.0
+    }
+}
+
+impl fmt::Display for BranchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// One branch's root.
 pub(crate) struct Root {
@@ -47,7 +73,7 @@ pub(crate) struct Branches {
     /// Each id's mode (a removed branch keeps its last one, for the files still open there).
     modes: Vec<BranchMode>,
     /// Live ids in branch order.
-    order: Vec<usize>,
+    order: Vec<BranchId>,
     /// Mode and floor of each live branch, in branch order (what the policies see).
     infos: Vec<BranchInfo>,
     /// The branches as configured (path, mode, own floor), in branch order.
@@ -60,7 +86,7 @@ impl Branches {
     pub(crate) fn new(roots: Vec<Root>, specs: Vec<Branch>, min_free: u64) -> Self {
         assert_eq!(roots.len(), specs.len(), "one spec per root");
         let slots: Vec<_> = roots.into_iter().map(|r| Some(Arc::new(r))).collect();
-        let order = (0..slots.len()).collect();
+        let order = (0..slots.len()).map(BranchId).collect();
         let mut b = Branches {
             modes: specs.iter().map(|s| s.mode).collect(),
             slots,
@@ -97,15 +123,15 @@ impl Branches {
                 Reuse::New(root) => {
                     slots.push(Some(Arc::new(root)));
                     modes.push(spec.mode);
-                    slots.len() - 1
+                    BranchId(slots.len() - 1)
                 }
             };
-            modes[id] = spec.mode;
+            modes[id.0] = spec.mode;
             order.push(id);
             specs.push(spec);
         }
         for (id, slot) in slots.iter_mut().enumerate() {
-            if !order.contains(&id) {
+            if !order.contains(&BranchId(id)) {
                 *slot = None;
             }
         }
@@ -126,7 +152,7 @@ impl Branches {
     }
 
     /// Every live branch id, in branch order.
-    pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn indices(&self) -> impl Iterator<Item = BranchId> + '_ {
         self.order.iter().copied()
     }
 
@@ -135,31 +161,36 @@ impl Branches {
         self.slots.len()
     }
 
+    /// Every id ever given, removed branches' included, lowest first.
+    pub(crate) fn all_ids(&self) -> impl Iterator<Item = BranchId> {
+        (0..self.slots.len()).map(BranchId)
+    }
+
     /// The id of the branch at `pos` in branch order (a policy's answer).
-    pub(crate) fn id_at(&self, pos: usize) -> usize {
+    pub(crate) fn id_at(&self, pos: usize) -> BranchId {
         self.order[pos]
     }
 
     /// Where branch `id` stands in branch order; `None` once it was removed.
-    pub(crate) fn position(&self, id: usize) -> Option<usize> {
+    pub(crate) fn position(&self, id: BranchId) -> Option<usize> {
         self.order.iter().position(|&b| b == id)
     }
 
     /// Whether branch `id` is part of this set.
-    pub(crate) fn is_live(&self, id: usize) -> bool {
-        matches!(self.slots.get(id), Some(Some(_)))
+    pub(crate) fn is_live(&self, id: BranchId) -> bool {
+        matches!(self.slots.get(id.0), Some(Some(_)))
     }
 
     /// The root of branch `id`; `None` once it was removed.
-    pub(crate) fn root(&self, id: usize) -> Option<&Arc<Root>> {
-        self.slots.get(id).and_then(Option::as_ref)
+    pub(crate) fn root(&self, id: BranchId) -> Option<&Arc<Root>> {
+        self.slots.get(id.0).and_then(Option::as_ref)
     }
 
     /// Where branch `id`'s nodes' file handles are opened, worked out by `probe` (given the
     /// root) the first time.
     pub(crate) fn handle_mount(
         &self,
-        id: usize,
+        id: BranchId,
         probe: impl FnOnce(BorrowedFd<'_>) -> Option<HandleMount>,
     ) -> Option<&HandleMount> {
         let r = self.root(id)?;
@@ -167,24 +198,24 @@ impl Branches {
     }
 
     /// The live roots with their ids, in branch order.
-    pub(crate) fn roots(&self) -> impl Iterator<Item = (usize, &Root)> {
+    pub(crate) fn roots(&self) -> impl Iterator<Item = (BranchId, &Root)> {
         self.order
             .iter()
-            .filter_map(|&id| Some((id, &**self.slots[id].as_ref()?)))
+            .filter_map(|&id| Some((id, &**self.slots[id.0].as_ref()?)))
     }
 
     /// The mode of branch `id` (a removed branch's last mode).
-    pub(crate) fn mode(&self, id: usize) -> BranchMode {
-        self.modes.get(id).copied().unwrap_or(BranchMode::RO)
+    pub(crate) fn mode(&self, id: BranchId) -> BranchMode {
+        self.modes.get(id.0).copied().unwrap_or(BranchMode::RO)
     }
 
     /// Whether branch `id` is read-only (RO); NC and RW branches may be written.
-    pub(crate) fn is_ro(&self, id: usize) -> bool {
+    pub(crate) fn is_ro(&self, id: BranchId) -> bool {
         self.mode(id) == BranchMode::RO
     }
 
     /// Whether branch `id` is live and configured `static` (the host never changes it).
-    pub(crate) fn is_static(&self, id: usize) -> bool {
+    pub(crate) fn is_static(&self, id: BranchId) -> bool {
         self.position(id)
             .is_some_and(|pos| self.specs[pos].static_cache)
     }
@@ -195,7 +226,7 @@ impl Branches {
     }
 
     /// The live branches that are not `static`, by id.
-    pub(crate) fn changing(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn changing(&self) -> impl Iterator<Item = BranchId> + '_ {
         self.indices().filter(|&id| !self.is_static(id))
     }
 
@@ -213,7 +244,7 @@ impl Branches {
 /// What an edited branch list keeps of the current set.
 pub(crate) enum Reuse {
     /// The branch with this id (its root and its id stay).
-    Id(usize),
+    Id(BranchId),
     /// A new branch with this root.
     New(Root),
 }

@@ -3,6 +3,7 @@
 //! each missing directory made with the same mode, owner, times and xattrs (mergerfs's
 //! clonepath). Runs with the daemon's own credentials, as mergerfs's clonepath_as_root does.
 
+use crate::fs::BranchId;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -57,7 +58,7 @@ pub(crate) fn times_of(st: &libc::stat64) -> Timestamps {
 impl Call<'_> {
     /// Makes directory `rel` and its missing ancestors on branch `to`, copying each one's
     /// metadata from branch `from`.
-    pub(crate) fn clone_path(&self, from: usize, to: usize, rel: &CStr) -> io::Result<()> {
+    pub(crate) fn clone_path(&self, from: BranchId, to: BranchId, rel: &CStr) -> io::Result<()> {
         let bytes = rel.to_bytes();
         if bytes == b"." {
             return Ok(());

@@ -3,6 +3,7 @@
 //! edits, and the per-file queries (`basepath`, `relpath`, `fullpath`, `allpaths`). Reached
 //! only from the host (the `ctl` socket and SIGHUP), never from a guest request.
 
+use crate::fs::BranchId;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -51,7 +52,8 @@ impl UnionFs {
 
     /// The ids of the branches now, in branch order (an id is never reused).
     pub fn branch_ids(&self) -> Vec<usize> {
-        self.views.peek(|v| v.branches.indices().collect())
+        self.views
+            .peek(|v| v.branches.indices().map(BranchId::raw).collect())
     }
 
     /// Changes the options of every request that begins from now on with `change` (which
@@ -84,7 +86,7 @@ impl UnionFs {
             ));
         }
         let (change, removed) = self.views.change(|cur| {
-            let live: Vec<(usize, (u64, u64))> = cur
+            let live: Vec<(BranchId, (u64, u64))> = cur
                 .branches
                 .roots()
                 .filter_map(|(id, r)| {
@@ -167,7 +169,7 @@ impl UnionFs {
             let next: Vec<(Branch, Reuse)> = next.into_iter().map(|(_, s, r)| (s, r)).collect();
             let branches = cur.branches.edited(next, cur.opts.minfreespace);
             let change = describe(&cur.branches, &branches);
-            let removed: Vec<usize> = cur
+            let removed: Vec<BranchId> = cur
                 .branches
                 .indices()
                 .filter(|&id| !branches.is_live(id))
@@ -214,7 +216,7 @@ impl UnionFs {
         let crel = CString::new(rel)
             .map_err(|_| CtlError::new(libc::EINVAL, format!("{path}: contains NUL")))?;
         let relpath = format!("/{trimmed}").into_bytes();
-        let full = |b: usize| -> Vec<u8> {
+        let full = |b: BranchId| -> Vec<u8> {
             let mut p = call.host_path(b, &crel);
             if rel == "." {
                 p.truncate(p.len() - 2);
@@ -268,7 +270,7 @@ impl UnionFs {
 /// whose mode or floor changed.
 fn describe(old: &Branches, new: &Branches) -> String {
     let mut parts = Vec::new();
-    let spec_of = |b: &Branches, id: usize| b.position(id).map(|p| b.specs()[p].clone());
+    let spec_of = |b: &Branches, id: BranchId| b.position(id).map(|p| b.specs()[p].clone());
     for id in new.indices() {
         match (spec_of(old, id), spec_of(new, id)) {
             (None, Some(s)) => parts.push(format!("added {} (id {id})", show(&[s]))),

@@ -14,6 +14,7 @@
 //! The `trusted.*` xattrs need CAP_SYS_ADMIN: with `cow=true` the daemon keeps it.
 
 use crate::fs::call::Call;
+use crate::fs::BranchId;
 use crate::sync::LockRecover;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -50,9 +51,13 @@ impl Call<'_> {
     /// Whether `rel` on `branch` is hidden by a layer above it: a whiteout at `rel` or at one
     /// of its ancestors, a non-directory at an ancestor, or an opaque directory at `rel` or
     /// at an ancestor. Always false without `cow`.
-    pub(crate) fn cow_masked(&self, branch: usize, rel: &CStr) -> io::Result<bool> {
+    pub(crate) fn cow_masked(&self, branch: BranchId, rel: &CStr) -> io::Result<bool> {
         let bytes = rel.to_bytes();
-        if !self.view().opts.cow || branch == 0 || bytes == b"." {
+        // The layers above `branch` are the branches before it in branch order (a removed
+        // branch has none: nothing it holds is served).
+        let branches = &self.view().branches;
+        let above = branches.position(branch).unwrap_or(0);
+        if !self.view().opts.cow || above == 0 || bytes == b"." {
             return Ok(false);
         }
         let mut ends: Vec<usize> = bytes
@@ -61,7 +66,7 @@ impl Call<'_> {
             .filter_map(|(i, &c)| (c == b'/').then_some(i))
             .collect();
         ends.push(bytes.len());
-        for upper in 0..branch {
+        for upper in (0..above).map(|pos| branches.id_at(pos)) {
             for (k, &end) in ends.iter().enumerate() {
                 let p = CString::new(&bytes[..end]).expect("no NUL in a path");
                 let Some(fd) = present(self.open_on(upper, &p))? else {
@@ -305,7 +310,7 @@ impl Call<'_> {
     fn link_to_copy(
         &self,
         f: &Found,
-        branch: usize,
+        branch: BranchId,
         dir: &impl AsFd,
         name: &CStr,
     ) -> io::Result<bool> {
@@ -354,28 +359,31 @@ fn put_whiteout(dir: &impl AsFd, name: &CStr) -> io::Result<()> {
 /// path), so that its other names are linked to that copy instead of copied again.
 #[derive(Default)]
 pub(crate) struct CopiedUp(
-    std::sync::Mutex<std::collections::HashMap<(u64, u64), (usize, CString)>>,
+    std::sync::Mutex<std::collections::HashMap<(u64, u64), (BranchId, CString)>>,
 );
 
 impl CopiedUp {
     /// The base file `base` (dev, ino) was copied to `rel` on branch `branch`.
-    pub(crate) fn record(&self, base: (u64, u64), branch: usize, rel: &CStr) {
+    pub(crate) fn record(&self, base: (u64, u64), branch: BranchId, rel: &CStr) {
         self.0.locked().insert(base, (branch, rel.to_owned()));
     }
 
     /// Where `base` was copied up, if it was.
-    pub(crate) fn copy_of(&self, base: (u64, u64)) -> Option<(usize, CString)> {
+    pub(crate) fn copy_of(&self, base: (u64, u64)) -> Option<(BranchId, CString)> {
         self.0.locked().get(&base).cloned()
     }
 
     /// Every copy, for a session image.
-    pub(crate) fn all(&self) -> Vec<((u64, u64), usize, CString)> {
+    pub(crate) fn all(&self) -> Vec<((u64, u64), BranchId, CString)> {
         let map = self.0.locked();
         map.iter().map(|(k, (b, p))| (*k, *b, p.clone())).collect()
     }
 
     /// Replaces every copy with `copies` (a session taken over).
-    pub(crate) fn replace(&self, copies: impl IntoIterator<Item = ((u64, u64), usize, CString)>) {
+    pub(crate) fn replace(
+        &self,
+        copies: impl IntoIterator<Item = ((u64, u64), BranchId, CString)>,
+    ) {
         let mut map = self.0.locked();
         map.clear();
         map.extend(copies.into_iter().map(|(k, b, p)| (k, (b, p))));

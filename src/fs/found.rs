@@ -2,6 +2,7 @@
 //! resolver (`resolve.rs`), the branch probe (`probe.rs`), copy-on-write (`cow.rs`) and moves
 //! (`movefile.rs`) share. No policy, no system call.
 
+use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -17,7 +18,7 @@ pub(crate) type Founds = smallvec::SmallVec<[Found; 1]>;
 /// What a lookup found on one branch.
 pub(crate) struct Found {
     /// The branch index.
-    pub branch: usize,
+    pub branch: BranchId,
     /// `O_PATH` descriptor of the entry (never followed if it is a symlink); shared with the
     /// node it was found for, which keeps it while the guest holds the node.
     pub fd: Arc<OwnedFd>,

@@ -11,6 +11,7 @@ use rustix::fs::OFlags;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::readdir_snapshot::DirSnapshot;
+use crate::fs::BranchId;
 
 /// An open regular file on one branch.
 pub struct FileHandle {
@@ -18,13 +19,33 @@ pub struct FileHandle {
     pub fd: OwnedFd,
     /// The node it was opened for.
     pub inode: u64,
-    /// The branch the file is on.
-    pub branch: AtomicUsize,
+    /// The branch the file is on (a `moveonenospc` move changes it: [`FileHandle::moved`]).
+    branch: AtomicUsize,
     /// The host open flags, to reopen the file after a move.
     pub flags: OFlags,
 }
 
 impl FileHandle {
+    /// `fd`, opened with `flags` for node `inode` on branch `branch`.
+    pub(crate) fn new(fd: OwnedFd, inode: u64, branch: BranchId, flags: OFlags) -> Self {
+        FileHandle {
+            fd,
+            inode,
+            branch: AtomicUsize::new(branch.raw()),
+            flags,
+        }
+    }
+
+    /// The branch the file is on now.
+    pub(crate) fn branch(&self) -> BranchId {
+        BranchId::from_raw(self.branch.load(Ordering::Acquire))
+    }
+
+    /// Records that the file now lives on branch `to` (after a `moveonenospc` move).
+    pub(crate) fn moved(&self, to: BranchId) {
+        self.branch.store(to.raw(), Ordering::Release);
+    }
+
     /// Whether the file was opened for writing (a change through it is the caller's right).
     pub fn is_writable(&self) -> bool {
         self.flags.intersects(OFlags::WRONLY | OFlags::RDWR)

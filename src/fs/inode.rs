@@ -14,6 +14,7 @@
 //! its lookup count reaches zero and no entry names it as parent, so memory follows what the
 //! guest holds. This module does no I/O.
 
+use crate::fs::BranchId;
 use crate::sync::RwRecover;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::ffi::{CStr, CString};
@@ -37,7 +38,7 @@ pub type Key = (u64, u64);
 /// What a lookup found for a name: the object's identity and the descriptor to bind.
 pub struct Bind {
     /// The branch the object is on.
-    pub branch: usize,
+    pub branch: BranchId,
     /// Its `O_PATH` descriptor.
     pub fd: Arc<OwnedFd>,
     /// Its identity.
@@ -52,14 +53,14 @@ pub struct Bind {
 #[derive(Clone)]
 pub enum Bound {
     /// By an open `O_PATH` descriptor, on this branch.
-    Open(usize, Arc<OwnedFd>),
+    Open(BranchId, Arc<OwnedFd>),
     /// Its object was not found again after a migration: EIO.
     Lost,
     /// Closed to stay within the table's capacity: reopen it by `handle`, or without one by
     /// the node's path on `branch`, and check that it is still `key`.
     Closed {
         /// The branch the object is on.
-        branch: usize,
+        branch: BranchId,
         /// Its file handle, if it has one.
         handle: Option<Arc<FileHandle>>,
         /// Its identity.
@@ -80,7 +81,7 @@ pub enum Rebind {
 
 /// A node's object: its branch, its descriptor while open, its handle.
 struct Hold {
-    branch: usize,
+    branch: BranchId,
     fd: Option<Arc<OwnedFd>>,
     handle: Option<Arc<FileHandle>>,
 }
@@ -601,7 +602,7 @@ impl InodeTable {
     /// Closes the descriptors of the nodes that `close` picks, given each one's branch and
     /// whether it has a name (a node without one may have no other way back to its object).
     /// Returns how many were closed. Their descriptors go after the table's lock is released.
-    pub fn close_where(&self, close: impl Fn(usize, bool) -> bool) -> usize {
+    pub fn close_where(&self, close: impl Fn(BranchId, bool) -> bool) -> usize {
         let mut closed = Vec::new();
         let mut inner = self.inner.writing();
         let Inner { nodes, open, .. } = &mut *inner;
@@ -652,7 +653,7 @@ mod tests {
 
     fn bind(key: u64, is_dir: bool) -> Bind {
         Bind {
-            branch: 0,
+            branch: BranchId::from_raw(0),
             fd: some_fd(),
             key: (1, key),
             is_dir,

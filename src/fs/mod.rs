@@ -42,7 +42,7 @@ use rustix::fs::{Mode, OFlags};
 pub use inode::ROOT_ID;
 
 use crate::union::Branch;
-use branches::{Branches, Root};
+use branches::{BranchId, Branches, Root};
 use handle::HandleTable;
 use inode::InodeTable;
 use options::UnionOptions;

@@ -9,7 +9,6 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 
@@ -37,7 +36,7 @@ impl Call<'_> {
         let _one_at_a_time = self.moves.locked();
         // The file's first copy moves to another branch.
         let _memo = self.lookup_memo.changing_everywhere();
-        let from = h.branch.load(Ordering::Acquire);
+        let from = h.branch();
         let rel = self.inodes.path(h.inode)?;
         let (parent, name) = split_parent(&rel);
         // The current branch must not be chosen again: present it as read-only to the policy.
@@ -69,7 +68,7 @@ impl Call<'_> {
         let new_path = self.open_on(to, &rel)?;
         let reopened = beneath::reopen(new_path.as_fd(), h.flags)?;
         replace_fd(reopened.as_fd(), h.fd.as_fd())?;
-        h.branch.store(to, Ordering::Release);
+        h.moved(to);
         self.inodes.unbind(h.inode);
         // The old name goes only if it still is the file that was copied.
         let old_dir = self.dir_on(from, &parent)?;

@@ -5,6 +5,7 @@
 //! another file). [`UnionFs::bind_of`] makes what a lookup binds a node to, with a file handle
 //! where `--inode-file-handles` asks for one and the filesystem makes one.
 
+use crate::fs::BranchId;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -64,7 +65,7 @@ impl Call<'_> {
         &self,
         func: Func,
         inode: u64,
-    ) -> io::Result<(usize, Arc<OwnedFd>)> {
+    ) -> io::Result<(BranchId, Arc<OwnedFd>)> {
         if let Some((branch, fd, _)) = self.bound_for(func, inode)? {
             return Ok((branch, fd));
         }
@@ -124,7 +125,7 @@ impl Call<'_> {
     /// the branch root's own filesystem (a handle only means something with its mount).
     pub(crate) fn handle_of(
         &self,
-        branch: usize,
+        branch: BranchId,
         fd: std::os::fd::BorrowedFd<'_>,
     ) -> Option<Arc<FileHandle>> {
         let mount = self.handle_mount(branch)?;
@@ -137,7 +138,7 @@ impl Call<'_> {
     /// The mount id of `branch`'s root when its nodes use file handles: worked out once per
     /// branch, in the serving process (after the sandbox, whose mounts have ids of their
     /// own, and which may have taken the capability to open handles).
-    fn handle_mount(&self, branch: usize) -> Option<Mounted> {
+    fn handle_mount(&self, branch: BranchId) -> Option<Mounted> {
         let view = self.view();
         let handles = view.opts.file_handles;
         if handles == FileHandles::Never {
@@ -176,7 +177,7 @@ impl Call<'_> {
     /// The branch and descriptor of node `inode`'s object, reopened if the table closed it;
     /// None for a node bound to nothing (the root). ESTALE when the object is gone or its
     /// path now leads to another one.
-    pub(crate) fn node_fd(&self, inode: u64) -> io::Result<Option<(usize, Arc<OwnedFd>)>> {
+    pub(crate) fn node_fd(&self, inode: u64) -> io::Result<Option<(BranchId, Arc<OwnedFd>)>> {
         Ok(self
             .node_fd_stat(inode)?
             .map(|(branch, fd, _)| (branch, fd)))
@@ -225,7 +226,7 @@ impl Call<'_> {
 
 /// A node's branch and descriptor, and its attributes if they were just read (statx(2) with
 /// the basic fields and the birth time, so a STATX reply needs no second call either).
-type Reopened = (usize, Arc<OwnedFd>, Option<libc::statx>);
+type Reopened = (BranchId, Arc<OwnedFd>, Option<libc::statx>);
 
 impl Call<'_> {
     /// Directory node `inode`, whose branch was removed, bound again to its directory on

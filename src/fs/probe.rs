@@ -3,6 +3,7 @@
 //! opened twice) and keeps the first real failure (so a failure is never reported as "no
 //! such entry").
 
+use crate::fs::BranchId;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -57,12 +58,12 @@ impl<'a> OpeningProbe<'a> {
     }
 
     /// The id of the branch at `pos` in branch order.
-    pub(crate) fn id(&self, pos: usize) -> usize {
+    pub(crate) fn id(&self, pos: usize) -> BranchId {
         self.view.branches.id_at(pos)
     }
 
     /// Where branch `id` stands in the probe's branch order.
-    pub(crate) fn position(&self, id: usize) -> Option<usize> {
+    pub(crate) fn position(&self, id: BranchId) -> Option<usize> {
         self.view.branches.position(id)
     }
 

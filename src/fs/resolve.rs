@@ -2,6 +2,7 @@
 //! beneath each branch root (`probe.rs`), and turns host attributes into the union's (stable
 //! inode numbers unique across branches).
 
+use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,14 +23,14 @@ use crate::sys::beneath;
 
 impl Call<'_> {
     /// The root of `branch` (its `O_PATH` descriptor); ESTALE once the branch was removed.
-    pub(crate) fn root(&self, branch: usize) -> io::Result<Arc<Root>> {
+    pub(crate) fn root(&self, branch: BranchId) -> io::Result<Arc<Root>> {
         self.with_root(branch, Arc::clone)
     }
 
     /// `f` of the root of `branch` (no reference kept); ESTALE once the branch was removed.
     pub(crate) fn with_root<T>(
         &self,
-        branch: usize,
+        branch: BranchId,
         f: impl FnOnce(&Arc<Root>) -> T,
     ) -> io::Result<T> {
         self.with_view(|v| v.branches.root(branch).map(f))
@@ -243,7 +244,7 @@ impl Call<'_> {
     /// `rel` on `branch` as an `O_PATH` descriptor, never following its last component.
     /// Earlier components follow symlinks (inside the branch) only when `follow-symlinks`
     /// covers directories; otherwise no symlink is ever followed.
-    pub(crate) fn open_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
+    pub(crate) fn open_on(&self, branch: BranchId, rel: &CStr) -> io::Result<OwnedFd> {
         self.with_root(branch, |r| {
             beneath::open_path_with(r.as_fd(), rel, self.resolve, false)
         })?
@@ -251,13 +252,13 @@ impl Call<'_> {
 
     /// `rel` on `branch` as lookups see it: a symlink whose target kind `follow-symlinks`
     /// covers is shown as its target (resolved inside the branch).
-    pub(crate) fn find_on(&self, branch: usize, rel: &CStr) -> Option<Found> {
+    pub(crate) fn find_on(&self, branch: BranchId, rel: &CStr) -> Option<Found> {
         self.lookup_on(branch, rel).ok().flatten()
     }
 
     /// [`UnionFs::find_on`] keeping the cause of a failure: `Ok(None)` only when the entry is
     /// not there, an error when looking failed (EMFILE must never read as ENOENT).
-    pub(crate) fn lookup_on(&self, branch: usize, rel: &CStr) -> io::Result<Option<Found>> {
+    pub(crate) fn lookup_on(&self, branch: BranchId, rel: &CStr) -> io::Result<Option<Found>> {
         let Some(fd) = present(self.open_on(branch, rel))? else {
             return Ok(None);
         };
@@ -307,7 +308,7 @@ impl Call<'_> {
     }
 
     /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
-    pub(crate) fn dir_on(&self, branch: usize, rel: &CStr) -> io::Result<OwnedFd> {
+    pub(crate) fn dir_on(&self, branch: BranchId, rel: &CStr) -> io::Result<OwnedFd> {
         // Without copy-on-write layers, a directory opened by its path is all a lookup would
         // find; anything else (a symlink to follow, a failure) takes the lookup's way.
         if !self.with_view(|v| v.opts.cow) {
@@ -375,7 +376,7 @@ impl Call<'_> {
     }
 
     /// The host path of `rel` on `branch` (what a symlinkified file points to).
-    pub(crate) fn host_path(&self, branch: usize, rel: &CStr) -> Vec<u8> {
+    pub(crate) fn host_path(&self, branch: BranchId, rel: &CStr) -> Vec<u8> {
         let mut p = match self.root(branch) {
             Ok(r) => r.path.as_os_str().as_encoded_bytes().to_vec(),
             Err(_) => Vec::new(),

@@ -6,6 +6,7 @@
 //! that may change. Nothing here tells the guest to drop what it cached: that is the host
 //! user's side of the promise (docs/src/union.md, "Static branches").
 
+use crate::fs::BranchId;
 use std::ffi::CStr;
 use std::io;
 use std::time::Duration;
@@ -89,7 +90,7 @@ impl Call<'_> {
     /// The standing of union path `rel`, found on branch `branch`: static only if that
     /// branch is, and every branch that is not lacks `rel` (one `O_PATH` probe each, stopping
     /// at the first that has it; none at all when `branch` is not static).
-    pub(crate) fn standing(&self, branch: usize, rel: &CStr) -> Standing {
+    pub(crate) fn standing(&self, branch: BranchId, rel: &CStr) -> Standing {
         let b = &self.view().branches;
         if !b.is_static(branch) {
             return Standing::Host;
@@ -103,7 +104,7 @@ impl Call<'_> {
 
     /// [`Call::standing`] of node `inode` found on `branch`; its path is built only when
     /// `branch` is static.
-    pub(crate) fn node_standing(&self, branch: usize, inode: u64) -> Standing {
+    pub(crate) fn node_standing(&self, branch: BranchId, inode: u64) -> Standing {
         if !self.view().branches.is_static(branch) {
             return Standing::Host;
         }

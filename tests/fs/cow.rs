@@ -500,3 +500,36 @@ fn parents_cloned_upward_keep_their_nodes() {
     create_file(&u, ci.inode, "control", b"Package: x\n").unwrap();
     assert!(upper.path().join("var/lib/dpkg/tmp.ci/control").is_file());
 }
+
+/// A writable layer added on top while the union runs holds the whiteouts of later deletes,
+/// and they hide the base's files: the layers above a branch are the branches before it in
+/// branch order, whatever ids they were given (the new layer's id, 2, is the highest; `ff`
+/// puts the whiteout on it).
+#[test]
+fn a_layer_added_on_top_masks_what_it_deletes() {
+    let upper = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    let top = tempfile::tempdir().unwrap();
+    fs::write(base.path().join("f"), "base").unwrap();
+    let u = union_with(
+        &[(upper.path(), "RW"), (base.path(), "RO")],
+        "cow=true,minfreespace=0,category.create=ff",
+    );
+    u.ctl_set(
+        "branches",
+        &format!("+<{}=RW", top.path().display()),
+        Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(u.branch_ids(), [2, 0, 1]);
+    u.unlink(&ctx(), ROOT_ID, &c("f")).unwrap();
+    let wh = fs::symlink_metadata(top.path().join("f")).unwrap();
+    assert!(
+        wh.file_type().is_char_device(),
+        "the whiteout is on the top layer"
+    );
+    assert!(!upper.path().join("f").exists());
+    assert_eq!(errno_of(walk(&u, "f")), libc::ENOENT);
+    assert!(!names(&u, ROOT_ID).contains(&"f".to_string()));
+    assert_eq!(fs::read(base.path().join("f")).unwrap(), b"base");
+}

@@ -3,6 +3,7 @@
 //! on the destination, checking that the records make a table (a root, unique ids, parents
 //! that exist). No I/O.
 
+use crate::fs::BranchId;
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::ffi::CString;
 use std::io;
@@ -15,7 +16,7 @@ use crate::sync::RwRecover;
 use crate::sys::handle::FileHandle;
 
 /// How a record's node holds its object: its branch, its descriptor when open, its handle.
-pub type HoldRecord = (usize, Option<Arc<OwnedFd>>, Option<Arc<FileHandle>>);
+pub type HoldRecord = (BranchId, Option<Arc<OwnedFd>>, Option<Arc<FileHandle>>);
 
 /// One node as the table holds it (or as a session import found it again: `hold` None for
 /// a node not bound, or lost).

@@ -2,6 +2,7 @@
 //! selects; they reach the host inode through its `O_PATH` descriptor, never by re-walking a
 //! path, so a symlink swapped in by a concurrent rename cannot redirect them.
 
+use crate::fs::BranchId;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsFd;
@@ -30,7 +31,7 @@ pub fn getattr(fs: &Call<'_>, inode: u64, handle: Option<u64>) -> io::Result<(st
         if let Ok(h) = fs.handles.file(fh, inode) {
             let file = h.as_file()?;
             let st = beneath::stat_fd(file.fd.as_fd())?;
-            let branch = file.branch.load(std::sync::atomic::Ordering::Acquire);
+            let branch = file.branch();
             return Ok((fs.union_attr(st, b""), window(fs, branch, inode)));
         }
     }
@@ -40,7 +41,7 @@ pub fn getattr(fs: &Call<'_>, inode: u64, handle: Option<u64>) -> io::Result<(st
 
 /// The attr window of `inode` found on `branch`: longer for a static node
 /// (`fs/static_cache.rs`).
-fn window(fs: &Call<'_>, branch: usize, inode: u64) -> Duration {
+fn window(fs: &Call<'_>, branch: BranchId, inode: u64) -> Duration {
     fs.node_standing(branch, inode)
         .window(fs.view().opts.cache_attr)
 }
@@ -296,7 +297,7 @@ pub fn statx(
         Some(h) => {
             let file = h.as_file()?;
             let sx = crate::sys::file::statx_fd(file.fd.as_fd())?;
-            let branch = file.branch.load(std::sync::atomic::Ordering::Acquire);
+            let branch = file.branch();
             let st = fs.union_attr(crate::sys::file::stat_of(&sx), b"");
             (st, sx, window(fs, branch, inode))
         }

@@ -11,6 +11,7 @@
 
 use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
+use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -115,7 +116,13 @@ fn prepare(
 }
 
 /// Looks up what was just created on `branch` and hands the guest a node for it.
-fn finish(fs: &Call<'_>, parent: u64, name: &CStr, rel: &CStr, branch: usize) -> io::Result<Entry> {
+fn finish(
+    fs: &Call<'_>,
+    parent: u64,
+    name: &CStr,
+    rel: &CStr,
+    branch: BranchId,
+) -> io::Result<Entry> {
     let f = fs.find_on(branch, rel).ok_or_else(|| errno(libc::ENOENT))?;
     let entry = fs.entry_for(parent, name, rel, &f, Rebind::Yes)?;
     // A node number that once named another directory must not keep its facts.
@@ -270,12 +277,12 @@ pub fn create(
     };
     let entry = fs.entry_for(parent, name, &rel, &found, Rebind::Yes)?;
     let opts = crate::fs::ops::open::open_options(fs, entry.inode, &st);
-    let fh = fs.new_handle(Handle::File(FileHandle {
+    let fh = fs.new_handle(Handle::File(FileHandle::new(
         fd,
-        inode: entry.inode,
-        branch: dir.branch.into(),
-        flags: flags & !OFlags::TRUNC,
-    }))?;
+        entry.inode,
+        dir.branch,
+        flags & !OFlags::TRUNC,
+    )))?;
     let wanted = crate::fs::ops::open::guest_open_flags(args.flags, false);
     let (opts, backing) =
         crate::fs::ops::open::pass_through(fs, fh, entry.inode, wanted, false, opts)?;
@@ -338,12 +345,7 @@ pub fn tmpfile(
         entry_timeout: fs.view().opts.cache_entry,
     };
     let opts = crate::fs::ops::open::open_options(fs, inode, &st);
-    let fh = fs.new_handle(Handle::File(FileHandle {
-        fd,
-        inode,
-        branch: dir.branch.into(),
-        flags,
-    }));
+    let fh = fs.new_handle(Handle::File(FileHandle::new(fd, inode, dir.branch, flags)));
     match fh {
         Ok(fh) => {
             // Open through the daemon (TMPFILE's reply has no backing id): a later open of

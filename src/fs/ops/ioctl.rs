@@ -32,10 +32,7 @@ pub fn ioctl(
             inode_ioctl(fd, cmd, &mut arg)?;
         }
         ioc::SETFLAGS | ioc::SETFLAGS32 | ioc::FSSETXATTR => {
-            let branch = h
-                .as_file()?
-                .branch
-                .load(std::sync::atomic::Ordering::Acquire);
+            let branch = h.as_file()?.branch();
             if fs.view().branches.is_ro(branch) {
                 return Err(io::Error::from_raw_os_error(libc::EROFS));
             }

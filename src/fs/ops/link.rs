@@ -6,6 +6,7 @@
 
 use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
+use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::time::Duration;
@@ -68,7 +69,7 @@ fn link_on_branches(
     old_rel: &CStr,
     new_parent: &CStr,
     newname: &CStr,
-) -> io::Result<usize> {
+) -> io::Result<BranchId> {
     let (old_parent, old_name) = split_parent(old_rel);
     let preserve = fs.view().opts.policies.get(Func::Create).path_preserving();
     let mut fold = ErrnoFold::new();

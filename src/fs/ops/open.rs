@@ -145,12 +145,12 @@ pub fn open(
         .file_open(open_options(fs, inode, &f.st));
     // Not yet copied up: its first write moves it, so the kernel must not hold this copy.
     let ro_cow = fs.view().opts.cow && fs.view().branches.is_ro(f.branch);
-    let fh = fs.new_handle(Handle::File(FileHandle {
+    let fh = fs.new_handle(Handle::File(FileHandle::new(
         fd,
         inode,
-        branch: f.branch.into(),
-        flags: flags & !OFlags::TRUNC,
-    }))?;
+        f.branch,
+        flags & !OFlags::TRUNC,
+    )))?;
     let (opts, backing) = pass_through(fs, fh, inode, wanted, ro_cow, opts)?;
     Ok((Some(fh), opts, backing))
 }

@@ -6,6 +6,7 @@
 //! and leave a symlink at the destination. RENAME_NOREPLACE, RENAME_EXCHANGE and
 //! RENAME_WHITEOUT (which mergerfs does not offer) are done per branch. Unlike mergerfs, RO branches are never cleaned up.
 
+use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
 
@@ -176,7 +177,7 @@ fn cow_prepare(fs: &Call<'_>, n: &Names) -> io::Result<()> {
 
 /// Removes `rel` on `branch` (a file, or an empty directory); never on an RO branch.
 /// As the caller, who may lack the permission.
-fn remove_on(fs: &Call<'_>, ctx: &Context, branch: usize, rel: &CStr) {
+fn remove_on(fs: &Call<'_>, ctx: &Context, branch: BranchId, rel: &CStr) {
     if fs.view().branches.is_ro(branch) {
         return;
     }
@@ -198,7 +199,7 @@ fn remove_on(fs: &Call<'_>, ctx: &Context, branch: usize, rel: &CStr) {
     }
 }
 
-fn rename_on(fs: &Call<'_>, branch: usize, n: &Names, flags: RenameFlags) -> io::Result<()> {
+fn rename_on(fs: &Call<'_>, branch: BranchId, n: &Names, flags: RenameFlags) -> io::Result<()> {
     let od = fs.dir_on(branch, &n.old_parent)?;
     let nd = fs.dir_on(branch, &n.new_parent)?;
     let dirs = [od.as_fd(), nd.as_fd()];
@@ -209,7 +210,7 @@ fn rename_on(fs: &Call<'_>, branch: usize, n: &Names, flags: RenameFlags) -> io:
     })
 }
 
-fn holders(fs: &Call<'_>, rel: &CStr) -> io::Result<Vec<usize>> {
+fn holders(fs: &Call<'_>, rel: &CStr) -> io::Result<Vec<BranchId>> {
     Ok(fs
         .action(Func::Rename, rel)?
         .iter()
@@ -318,7 +319,7 @@ fn parked(rel: &CStr) -> CString {
     CString::new(v).expect("no NUL")
 }
 
-fn ensure_dir(fs: &Call<'_>, b: usize, parent: &CStr, name: &[u8], mode: u32) -> io::Result<()> {
+fn ensure_dir(fs: &Call<'_>, b: BranchId, parent: &CStr, name: &[u8], mode: u32) -> io::Result<()> {
     let d = fs.dir_on(b, parent)?;
     match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
@@ -328,7 +329,7 @@ fn ensure_dir(fs: &Call<'_>, b: usize, parent: &CStr, name: &[u8], mode: u32) ->
 
 /// Moves the source into `.mergerfs_rename_exdev/<old path>` on branch `b`, mirroring its
 /// parent directories there with their modes.
-fn park_on(fs: &Call<'_>, b: usize, n: &Names) -> io::Result<()> {
+fn park_on(fs: &Call<'_>, b: BranchId, n: &Names) -> io::Result<()> {
     ensure_dir(fs, b, c".", EXDEV_DIR.as_bytes(), 0o1777)?;
     if n.old_parent.to_bytes() != b"." {
         let mut done: Vec<u8> = Vec::new();
@@ -359,7 +360,7 @@ fn park_on(fs: &Call<'_>, b: usize, n: &Names) -> io::Result<()> {
 }
 
 /// Parks the source on every branch holding it; all or nothing (EXDEV if any fails).
-fn park(fs: &Call<'_>, n: &Names) -> io::Result<Vec<usize>> {
+fn park(fs: &Call<'_>, n: &Names) -> io::Result<Vec<BranchId>> {
     let mut done = Vec::new();
     for b in holders(fs, &n.old_rel)? {
         if let Err(e) = park_on(fs, b, n) {
@@ -376,7 +377,7 @@ fn park(fs: &Call<'_>, n: &Names) -> io::Result<Vec<usize>> {
 }
 
 /// Undoes [`park`] on the branches listed.
-fn unpark(fs: &Call<'_>, n: &Names, branches: &[usize]) {
+fn unpark(fs: &Call<'_>, n: &Names, branches: &[BranchId]) {
     for &b in branches {
         if let (Ok(pd), Ok(od)) = (
             fs.dir_on(b, &parked(&n.old_parent)),

@@ -3,6 +3,7 @@
 //! node is looked at on the host only when the options ask for its file handle or for its
 //! path to be confirmed.
 
+use crate::fs::BranchId;
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -23,7 +24,10 @@ impl Call<'_> {
     pub(crate) fn export_session(&self, opts: ExportOptions) -> SessionImage {
         let (records, next_node) = self.inodes.records();
         // By branch id (a node names its branch by id; the image by position in branch order).
-        let mounts: Vec<Option<i32>> = (0..self.view().branches.id_bound())
+        let mounts: Vec<Option<i32>> = self
+            .view()
+            .branches
+            .all_ids()
             .map(|b| {
                 opts.handles_allowed
                     .then(|| {
@@ -117,7 +121,7 @@ impl Call<'_> {
                     .then(|| {
                         kept.as_ref()
                             .map(|h| image_of(h))
-                            .or_else(|| self.handle_now(r.id, fd.as_ref(), mounts[branch]))
+                            .or_else(|| self.handle_now(r.id, fd.as_ref(), mounts[branch.raw()]))
                     })
                     .flatten();
                 if opts.verify_handles {
@@ -146,7 +150,7 @@ impl Call<'_> {
         &self,
         r: &NodeRecord,
         all: &[NodeRecord],
-        branch: usize,
+        branch: BranchId,
         handle: Option<HandleImage>,
         opts: ExportOptions,
     ) -> Locate {
@@ -201,7 +205,7 @@ impl Call<'_> {
         &self,
         r: &NodeRecord,
         all: &[NodeRecord],
-        branch: usize,
+        branch: BranchId,
     ) -> Result<(), String> {
         let path = path_in(all, r.id).ok_or("its path has a node without a name")?;
         let Some(key) = r.key else {

@@ -7,10 +7,10 @@
 //! import leaves no session behind, and no lock held. The image comes from the front-end:
 //! every id, name and handle in it is checked before use.
 
+use crate::fs::BranchId;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::OFlags;
@@ -301,7 +301,7 @@ impl Call<'_> {
         n: &NodeImage,
         path: &dyn Fn() -> Option<CString>,
         mounts: &[OnceLock<Option<HandleMount>>],
-    ) -> Result<Option<(usize, OwnedFd, libc::stat64)>, String> {
+    ) -> Result<Option<(BranchId, OwnedFd, libc::stat64)>, String> {
         let (branch, fd) = match &n.locate {
             Locate::Unbound => return Ok(None),
             Locate::Lost { why } => return Err(why.clone()),
@@ -312,7 +312,7 @@ impl Call<'_> {
             }
             Locate::Handle { branch, handle: h } => {
                 let b = self.branch_index(*branch)?;
-                let mount = mounts[b]
+                let mount = mounts[b.raw()]
                     .get_or_init(|| {
                         super::super::node::probe_handles(self.root(b).ok()?.as_fd()).ok()
                     })
@@ -341,7 +341,7 @@ impl Call<'_> {
     }
 
     /// The id of the branch an image names by its position in branch order, checked.
-    fn branch_index(&self, b: u32) -> Result<usize, String> {
+    fn branch_index(&self, b: u32) -> Result<BranchId, String> {
         let b = b as usize;
         let view = self.view();
         (b < view.branches.len())
@@ -369,15 +369,7 @@ impl Call<'_> {
                 }
                 let flags = open_flags(*flags);
                 let fd = beneath::reopen(node.as_fd(), flags).map_err(|e| fail(e.to_string()))?;
-                Ok((
-                    *fh,
-                    Handle::File(OpenFile {
-                        fd,
-                        inode: *inode,
-                        branch: AtomicUsize::new(branch),
-                        flags,
-                    }),
-                ))
+                Ok((*fh, Handle::File(OpenFile::new(fd, *inode, branch, flags))))
             }
             OpenImage::Dir { fh, inode, listing } => {
                 let snapshot = match listing {
