@@ -23,6 +23,9 @@ pub struct FileHandle {
     branch: AtomicUsize,
     /// The host open flags, to reopen the file after a move.
     pub flags: OFlags,
+    /// Opened by the kernel to execute the file (`__FMODE_EXEC`): it stays open while the
+    /// program runs.
+    exec: bool,
 }
 
 impl FileHandle {
@@ -33,7 +36,14 @@ impl FileHandle {
             inode,
             branch: AtomicUsize::new(branch.raw()),
             flags,
+            exec: false,
         }
+    }
+
+    /// The same, opened by the kernel to execute the file when `exec`.
+    pub(crate) fn for_exec(mut self, exec: bool) -> Self {
+        self.exec = exec;
+        self
     }
 
     /// The branch the file is on now.
@@ -118,6 +128,15 @@ impl HandleTable {
             Handle::Lost { inode: i } if *i == inode => Err(eio()),
             _ => Err(ebadf()),
         }
+    }
+
+    /// Whether `inode` is open for an exec: a program runs from it (ETXTBSY for a truncate).
+    /// Scans every handle: only a truncating open without write access asks.
+    pub fn executing(&self, inode: u64) -> bool {
+        self.map
+            .reading()
+            .values()
+            .any(|h| matches!(&**h, Handle::File(f) if f.inode == inode && f.exec))
     }
 
     /// Removes `fh` if it is a lost handle of `inode` (its release); whether it was.

@@ -121,6 +121,9 @@ pub mod fuse {
     /// `open_flags` bit `FOPEN_PASSTHROUGH` (7.40): the open's `backing_id` names the file
     /// the kernel reads and writes instead of sending READ and WRITE.
     pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
+    /// OPEN `flags` bit `__FMODE_EXEC`: the kernel opens the file to execute it (the open
+    /// lasts as long as the program runs).
+    pub const FMODE_EXEC: u32 = 0x20;
     /// `FUSE_SETXATTR_ACL_KILL_SGID`: clear set-group-ID when this ACL is set.
     pub const SETXATTR_ACL_KILL_SGID: u32 = 1;
     /// The highest extension type that is a security context (its type is their count).

@@ -699,3 +699,32 @@ fn directory_listings_are_freed_with_their_handles() {
     }
     assert_eq!(f.fs.listed_entries(), 0);
 }
+
+/// A file a program runs from (the kernel's open for the exec, `__FMODE_EXEC`, still held)
+/// cannot be truncated by a read-only open with O_TRUNC, which the kernel sends before its
+/// own ETXTBSY check (FUSE_ATOMIC_O_TRUNC): ETXTBSY, the file intact, as natively. Once the
+/// program is gone, the same open truncates.
+#[test]
+fn a_running_program_is_not_truncated_by_a_read_only_open() {
+    const FMODE_EXEC: u32 = 0x20;
+    let d = tempfile::tempdir().unwrap();
+    fs::write(d.path().join("prog"), b"#!/bin/sh\n").unwrap();
+    let u = union(&[(d.path(), "RW")]);
+    let prog = walk(&u, "prog").unwrap().inode;
+    let trunc = (libc::O_RDONLY | libc::O_TRUNC) as u32;
+    let (exec, _, _) = u
+        .open(&ctx(), prog, libc::O_RDONLY as u32 | FMODE_EXEC, 0)
+        .unwrap();
+    // A plain reader is no program.
+    let (reader, _, _) = u.open(&ctx(), prog, libc::O_RDONLY as u32, 0).unwrap();
+    assert_eq!(errno_of(u.open(&ctx(), prog, trunc, 0)), libc::ETXTBSY);
+    assert_eq!(fs::read(d.path().join("prog")).unwrap(), b"#!/bin/sh\n");
+    u.release(&ctx(), prog, 0, exec.unwrap(), false, false, None)
+        .unwrap();
+    let (fh, _, _) = u.open(&ctx(), prog, trunc, 0).unwrap();
+    assert_eq!(fs::read(d.path().join("prog")).unwrap(), b"");
+    for fh in [fh, reader] {
+        u.release(&ctx(), prog, 0, fh.unwrap(), false, false, None)
+            .unwrap();
+    }
+}

@@ -11,15 +11,8 @@ use std::time::Duration;
 
 use testkit::guest;
 use testkit::guest::{Backend, Guest, Mode};
-use testkit::pjdfstest::{check, parse, plain, Summary};
+use testkit::pjdfstest::{check, parse, Summary};
 use testkit::tmpfs::Tmpfs;
-
-/// Cases that race inside the guest kernel, not in the daemon: `open::etxtbsy` opens a file
-/// for writing just after spawning it and expects ETXTBSY; about one run in 40 the open wins
-/// the race, with the reference virtiofsd 1.14 on the same guest too (1 in 80 with its default
-/// cache mode). A failure of one of these is rerun three times on its own, and all three must
-/// pass.
-const RACY: &[&str] = &["open::etxtbsy"];
 
 /// The suite in a guest over `branches`, the daemon started with `-o minfreespace=1M,` and
 /// `opts`.
@@ -45,17 +38,8 @@ section pjdfstest cat /tmp/suite.out
 sed 's/^allow_remount = false/allow_remount = true/' /etc/pjdfstest.toml >/tmp/remount.toml
 pjdfstest -c /tmp/remount.toml -p /mnt/pjd erofs_ >/tmp/erofs.out 2>&1 || true
 section erofs cat /tmp/erofs.out
-# A case that races in the guest kernel is run again on its own, three times.
-echo "=== BEGIN retries ==="
-for case in RACY_CASES; do
-    if grep "$case" /tmp/suite.out | grep -q FAILED; then
-        for i in 1 2 3; do pjdfstest -c /etc/pjdfstest.toml -p /mnt/pjd "$case" 2>&1 | grep Summary || true; done
-    fi
-done
-echo "=== END retries ==="
-"#
-    .replace("RACY_CASES", &RACY.join(" "));
-    let run = guest::run_scenario(&backend, &guest, &scenario);
+"#;
+    let run = guest::run_scenario(&backend, &guest, scenario);
     run.assert_success();
     let out = run
         .section("pjdfstest")
@@ -74,31 +58,6 @@ echo "=== END retries ==="
     s.skips.retain(|k| !k.contains("erofs_"));
     s.skipped -= erofs_skipped;
     s.passed += erofs.passed;
-    // A racy case that failed counts as passed only if each of its three reruns passed.
-    let retries: Vec<String> = run
-        .section("retries")
-        .unwrap_or_default()
-        .iter()
-        .map(|l| plain(l))
-        .collect();
-    for case in RACY {
-        if let Some(i) = s
-            .failures
-            .iter()
-            .position(|f| f.starts_with(&format!("{case} ")))
-        {
-            let passed = retries
-                .iter()
-                .filter(|l| l.starts_with("Summary: 0 failed,") && l.contains(", 1 passed,"))
-                .count();
-            eprintln!("{case} failed once (a guest-kernel race), reruns passed {passed}/3");
-            if passed == 3 {
-                s.failures.remove(i);
-                s.failed -= 1;
-                s.passed += 1;
-            }
-        }
-    }
     eprintln!(
         "pjdfstest on {} branch(es): {} passed, {} failed, {} skipped of {} in {:?}",
         branches.len(),

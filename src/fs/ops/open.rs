@@ -2,6 +2,7 @@
 //! never gets a descriptor to a host device node, FIFO or socket (opening a FIFO would also
 //! block a worker). Writable opens of a copy on an RO branch get EROFS.
 
+use crate::sys::abi::fuse::FMODE_EXEC;
 use std::io;
 use std::os::fd::AsFd;
 
@@ -92,7 +93,18 @@ pub fn open(
     open_flags: u32,
 ) -> io::Result<(Option<u64>, OpenOptions, Option<u32>)> {
     let wanted = guest_open_flags(flags, fs.view().opts.preserve_noatime);
+    let exec = flags & FMODE_EXEC != 0;
     let flags = host_open_flags(fs, flags);
+    // The kernel refuses to open a file a program runs from for writing (ETXTBSY) before it
+    // asks, but a read-only open with O_TRUNC it sends first: with FUSE_ATOMIC_O_TRUNC this
+    // open is the truncation, which would cut the running program's text under it (and, as
+    // it dies of that, let the kernel's own check pass). Refused here, as natively.
+    if flags & OFlags::RWMODE == OFlags::RDONLY
+        && flags.contains(OFlags::TRUNC)
+        && fs.handles.executing(inode)
+    {
+        return Err(errno(libc::ETXTBSY));
+    }
     let mut f = fs.search_node(Func::Open, inode)?;
     match f.st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
@@ -145,12 +157,9 @@ pub fn open(
         .file_open(open_options(fs, inode, &f.st));
     // Not yet copied up: its first write moves it, so the kernel must not hold this copy.
     let ro_cow = fs.view().opts.cow && fs.view().branches.is_ro(f.branch);
-    let fh = fs.new_handle(Handle::File(FileHandle::new(
-        fd,
-        inode,
-        f.branch,
-        flags & !OFlags::TRUNC,
-    )))?;
+    let fh = fs.new_handle(Handle::File(
+        FileHandle::new(fd, inode, f.branch, flags & !OFlags::TRUNC).for_exec(exec),
+    ))?;
     let (opts, backing) = pass_through(fs, fh, inode, wanted, ro_cow, opts)?;
     Ok((Some(fh), opts, backing))
 }
