@@ -19,6 +19,7 @@ mod lookup_memo;
 mod movefile;
 mod negotiated;
 mod node;
+mod node_listings;
 mod ops;
 pub mod options;
 pub mod passthrough;
@@ -115,6 +116,8 @@ pub struct UnionFs {
     copied_up: cow::CopiedUp,
     /// Entries all open directory listings may hold together.
     listings: readdir_snapshot::ListingBudget,
+    /// Listings of directories the guest reads without opening them.
+    node_listings: node_listings::NodeListings,
     /// How many descriptors the guest may make the daemon hold (nodes and handles), fixed
     /// from RLIMIT_NOFILE at the first request (after the daemon raised its limit).
     fd_budget: std::sync::OnceLock<usize>,
@@ -136,6 +139,13 @@ impl UnionFs {
     /// the host mount's connection, given before it serves; a vhost-user device never gives one.
     pub fn set_backing_registrar(&self, r: std::sync::Arc<dyn passthrough::BackingRegistrar>) {
         self.passthrough.set_registrar(r);
+    }
+
+    /// Says whether the kernel checks permissions itself (a guest's always does; a host
+    /// mount's with `default_permissions`). Where it does not, every directory open must come
+    /// to the daemon, so OPENDIR is never elided.
+    pub fn kernel_checks_permissions(&self, yes: bool) {
+        self.negotiated.set_daemon_checks(!yes);
     }
 
     /// Whether the guest's page cache holds writes (FUSE_WRITEBACK_CACHE negotiated).
@@ -285,6 +295,7 @@ impl UnionFs {
             passthrough: Default::default(),
             lookup_memo: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
+            node_listings: Default::default(),
         })
     }
 

@@ -19,6 +19,14 @@ pub struct Negotiated {
     posix_acl: AtomicBool,
     security_ctx: AtomicBool,
     idmap: AtomicBool,
+    /// The kernel may be told it need not send OPENDIR (FUSE_NO_OPENDIR_SUPPORT offered).
+    opendir_optional: AtomicBool,
+    /// The kernel was told so: it sends neither OPENDIR nor RELEASEDIR any more, and reads
+    /// directories without a handle, keeping their listings (this INIT's session).
+    opendir_elided: AtomicBool,
+    /// The kernel leaves permission checks to the daemon (a host mount without
+    /// `default_permissions`): every open must come here. A guest's kernel checks them itself.
+    daemon_checks: AtomicBool,
 }
 
 /// The choices [`extra_options`] makes beyond fuse-backend-rs's names.
@@ -136,7 +144,46 @@ impl Negotiated {
     pub fn init(&self, opts: &UnionOptions, capable: FsOptions) -> FsOptions {
         let (enabled, writeback, submounts) = reply_options(opts, capable);
         self.set(writeback, submounts);
+        // A new connection: its kernel sends OPENDIR until told otherwise.
+        let optional = capable.contains(FsOptions::ZERO_MESSAGE_OPENDIR);
+        self.opendir_optional.store(optional, Ordering::Relaxed);
+        self.opendir_elided.store(false, Ordering::Relaxed);
         enabled
+    }
+
+    /// Says whether the kernel leaves permission checks to the daemon (a host mount without
+    /// `default_permissions`; never a guest, whose kernel checks them).
+    pub fn set_daemon_checks(&self, yes: bool) {
+        self.daemon_checks.store(yes, Ordering::Relaxed);
+    }
+
+    /// Whether a directory may be read without a handle (the kernel checked the reader's
+    /// permission to open it: nothing is skipped by serving it).
+    pub fn handleless_readdir(&self) -> bool {
+        !self.daemon_checks.load(Ordering::Relaxed)
+    }
+
+    /// OPENDIR of a directory whose listing the kernel may keep across opens anyway
+    /// (`cache_dirs`: FOPEN_CACHE_DIR and FOPEN_KEEP_CACHE for every directory): whether to
+    /// answer ENOSYS, after which the kernel opens directories without asking, with exactly
+    /// those two flags (fs/fuse/file.c, "Default for no-open"), and never sends RELEASEDIR.
+    /// Only where the kernel offered it and checks permissions itself. The first time, says
+    /// so in the log.
+    pub fn elide_opendir(&self, cache_dirs: bool) -> bool {
+        let elide = cache_dirs
+            && self.opendir_optional.load(Ordering::Relaxed)
+            && self.handleless_readdir();
+        if elide && !self.opendir_elided.swap(true, Ordering::Relaxed) {
+            log::info!(
+                "directories kept in the guest's cache: its kernel opens them without OPENDIR and RELEASEDIR from now on (FUSE_NO_OPENDIR_SUPPORT)"
+            );
+        }
+        elide
+    }
+
+    /// Whether the kernel was told it need not send OPENDIR (since this INIT).
+    pub fn opendir_elided(&self) -> bool {
+        self.opendir_elided.load(Ordering::Relaxed)
     }
 }
 

@@ -54,6 +54,7 @@ impl Filesystem for UnionFs {
             log::info!("session ended: dropped {nodes} nodes and {handles} handles, {locks} locks");
         }
         self.passthrough.clear();
+        self.node_listings.clear();
         self.handles.clear();
         self.inodes.clear();
     }

@@ -123,6 +123,14 @@ impl<F: ServedFs> Server<F> {
         opts: crate::fs::session::ExportOptions,
         reads: super::state::Versions,
     ) -> Result<Vec<u8>, super::state::StateError> {
+        if !reads.contains(2) {
+            if let Some(why) = self.fs.needs_after_v1() {
+                return Err(super::state::StateError::PeerTooOld {
+                    reads,
+                    why: format!(": {why}"),
+                });
+            }
+        }
         let limits = self.limits();
         let state = super::state::DeviceState {
             max_pages: limits.max_pages,
@@ -351,5 +359,38 @@ impl<F: ServedFs> Server<F> {
         hdr.len = (size_of::<InHeader>() + body_len - ext_len) as u32;
         hdr.padding &= !0xffff;
         Ok((hdr, ext))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuse::state::{StateError, Versions};
+
+    /// A filesystem whose guest relies on something the previous release does not do.
+    struct Relies;
+
+    impl crate::fs::session::Sessions for Relies {
+        fn needs_after_v1(&self) -> Option<&'static str> {
+            Some("something new")
+        }
+    }
+
+    impl super::super::Filesystem for Relies {
+        type View = ();
+        fn view(&self) {}
+    }
+
+    #[test]
+    fn a_session_that_relies_on_this_build_goes_to_no_reader_of_version_1_only() {
+        let s = Server::new(Arc::new(Relies), 32);
+        let opts = crate::fs::session::ExportOptions::default();
+        match s.save_state(opts, Versions::FIRST) {
+            Err(e @ StateError::PeerTooOld { .. }) => {
+                assert!(e.to_string().contains("something new"), "{e}")
+            }
+            other => panic!("saved for version 1: {:?}", other.map(|b| b.len())),
+        }
+        assert!(s.save_state(opts, Versions::OURS).is_ok());
     }
 }

@@ -141,6 +141,7 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
     }
     let shared = cfg.shared;
     let fs = Arc::new(UnionFs::new(shared.fs)?);
+    fs.kernel_checks_permissions(o.default_permissions);
     for note in &shared.notes {
         warn!("{note}");
     }

@@ -22,6 +22,7 @@ mod cow;
 mod creds;
 mod lookup_memo;
 mod nodes;
+mod opendir;
 mod options;
 mod rename_link;
 mod session;

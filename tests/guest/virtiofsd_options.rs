@@ -14,7 +14,8 @@
 //!
 //! `--cache always`: the guest keeps directory listings across opens (FOPEN_CACHE_DIR, as
 //! virtiofsd sets it), so listing a directory again reads nothing from the daemon, and the
-//! guest's own changes to it still show in its next listing.
+//! guest's own changes to it still show in its next listing; after its first OPENDIR (answered
+//! ENOSYS: FUSE_NO_OPENDIR_SUPPORT) it opens directories without asking, no RELEASEDIR either.
 //!
 //! xattrs on a symlink answer as on the guest's own tmpfs (xfstests generic/062's case): a
 //! `user.*` name reads as absent (ENODATA) and cannot be set (EPERM), and the list is the
@@ -365,22 +366,28 @@ fn listings(log: &str) -> usize {
         .count()
 }
 
+/// OPENDIR (27) and RELEASEDIR (29) requests in this daemon's debug log.
+fn opens(log: &str) -> (usize, usize) {
+    let n = |op: &str| log.lines().filter(|l| l.contains(op)).count();
+    (n(" opcode=27 "), n(" opcode=29 "))
+}
+
 /// Runs [`LISTINGS`] against `backend` over `dir` (filled with the 300 files first); the
-/// directory-reading requests it took.
-fn list_five_times(backend: &Backend, dir: &Path) -> usize {
+/// directory-reading requests it took, and the daemon's log.
+fn list_five_times(backend: &Backend, dir: &Path) -> (usize, String) {
     std::fs::create_dir(dir.join("d")).unwrap();
     for i in 0..300 {
         std::fs::write(dir.join(format!("d/f{i}")), b"").unwrap();
     }
     let run = guest::run_scenario(backend, &Guest::default(), LISTINGS);
     run.assert_success();
-    listings(&run.daemon_log)
+    (listings(&run.daemon_log), run.daemon_log)
 }
 
 #[test]
 fn cache_always_keeps_directory_listings_as_virtiofsd_does() {
     let a = Tmpfs::new("16M");
-    let cached = list_five_times(
+    let (cached, cached_log) = list_five_times(
         &Backend::union(
             &[(a.path(), Mode::Rw)],
             &["-o", "minfreespace=0", "--cache", "always"],
@@ -388,13 +395,13 @@ fn cache_always_keeps_directory_listings_as_virtiofsd_does() {
         a.path(),
     );
     let b = Tmpfs::new("16M");
-    let uncached = list_five_times(
+    let (uncached, uncached_log) = list_five_times(
         &Backend::union(&[(b.path(), Mode::Rw)], &["-o", "minfreespace=0"]),
         b.path(),
     );
     let c = Tmpfs::new("16M");
     let dir = c.path().to_str().unwrap().to_owned();
-    let theirs = list_five_times(
+    let (theirs, _) = list_five_times(
         &Backend::command(
             guest::virtiofsd_binary(),
             &[
@@ -423,5 +430,23 @@ fn cache_always_keeps_directory_listings_as_virtiofsd_does() {
     assert!(
         theirs * 2 < uncached,
         "the oracle: virtiofsd read {theirs} times, this daemon uncached {uncached}"
+    );
+    // With every listing kept, the guest's first OPENDIR is answered ENOSYS (its kernel
+    // offers FUSE_NO_OPENDIR_SUPPORT) and it opens directories without asking from then on:
+    // no other OPENDIR, no RELEASEDIR, while its listings above stayed right. By default each
+    // `ls` opens and releases the directory.
+    assert_eq!(
+        opens(&cached_log),
+        (1, 0),
+        "OPENDIR and RELEASEDIR with --cache always"
+    );
+    assert!(
+        cached_log.contains("opens them without OPENDIR and RELEASEDIR from now on"),
+        "the daemon says it"
+    );
+    let (o, r) = opens(&uncached_log);
+    assert!(
+        o >= 8 && r == o,
+        "{o} OPENDIR and {r} RELEASEDIR by default"
     );
 }

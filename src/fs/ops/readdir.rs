@@ -1,6 +1,8 @@
 //! OPENDIR, READDIR, READDIRPLUS, RELEASEDIR and FSYNCDIR. A directory's listing is the merge of
 //! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
-//! handle (at offset 0) so offsets stay stable while the guest pages through it.
+//! handle (at offset 0) so offsets stay stable while the guest pages through it, or, for a
+//! directory the kernel opened without asking, once per reading from offset 0
+//! (`node_listings.rs`).
 
 use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
@@ -17,6 +19,7 @@ use fuse_backend_rs::api::filesystem::{DirEntry, Entry};
 use crate::fs::errno;
 use crate::fs::handle::{DirHandle, Handle};
 use crate::fs::lookup_memo::{Positions, Ticket, LISTED_NAMES};
+use crate::fs::node_listings;
 use crate::fs::ops::lookup::{memo_applies, search_child, trusted, windows};
 use crate::fs::options::{Func, InodeCalc};
 use crate::fs::readdir_snapshot::{DirSnapshot, Listing, MergedEntry};
@@ -24,19 +27,26 @@ use crate::fs::resolve::{ino_for, join, split_parent};
 use crate::fs::view::View;
 use crate::sys::beneath;
 
-/// Opens directory `inode`.
+/// Opens directory `inode`. ENOSYS, once its kernel may open directories without asking,
+/// when every directory's listing is kept across opens anyway (`cache.readdir`, or only
+/// `static` branches): the kernel then sends neither OPENDIR nor RELEASEDIR again and keeps
+/// every listing as this reply would have let it (see [`crate::fs::negotiated`]).
 pub fn opendir(fs: &Call<'_>, inode: u64) -> io::Result<(Option<u64>, OpenOptions)> {
     let f = fs.search_node(Func::Getattr, inode)?;
     if f.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(errno(libc::ENOTDIR));
     }
+    // As mergerfs's `cache.readdir`: the listing the guest cached stays across opens, until
+    // the guest changes the directory itself or sees its mtime change. A directory only
+    // static branches hold keeps it regardless.
+    let every_dir_cached = fs.view().opts.cache_readdir || fs.view().branches.all_static();
+    if fs.negotiated.elide_opendir(every_dir_cached) {
+        return Err(errno(libc::ENOSYS));
+    }
     let fh = fs.new_handle(Handle::Dir(DirHandle {
         inode,
         snapshot: Default::default(),
     }))?;
-    // As mergerfs's `cache.readdir`: the listing the guest cached stays across opens, until
-    // the guest changes the directory itself or sees its mtime change. A directory only
-    // static branches hold keeps it regardless.
     let cached = if fs.view().opts.cache_readdir {
         OpenOptions::CACHE_DIR | OpenOptions::KEEP_CACHE
     } else {
@@ -56,6 +66,9 @@ fn snapshot(fs: &Call<'_>, inode: u64, rel: &CStr) -> io::Result<DirSnapshot> {
     };
     let dt_dir = u32::from(libc::DT_DIR);
     let dot = fs.search_node(Func::Getattr, inode)?;
+    if dot.st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(errno(libc::ENOTDIR));
+    }
     // A directory's number needs its host identity only under dev/ino-based modes.
     let dotdot = match calc {
         InodeCalc::Passthrough | InodeCalc::DevinoHash | InodeCalc::DevinoHash32 => {
@@ -183,13 +196,31 @@ impl MemoFill {
     }
 }
 
-/// The handle's listing, (re)built when the guest starts from offset 0.
-fn listing(
-    fs: &Call<'_>,
-    inode: u64,
-    fh: u64,
-    offset: u64,
-) -> io::Result<(CString, Arc<DirSnapshot>)> {
+/// The part of a listing one READDIR serves.
+struct Page {
+    /// The directory's union path.
+    rel: CString,
+    snapshot: Arc<DirSnapshot>,
+    /// What the offsets handed out carry besides the index (0 for a handle's listing).
+    generation: u64,
+    /// The index of the first entry to serve.
+    from: usize,
+}
+
+impl Page {
+    /// The offset handed out with entry `index`.
+    fn cookie(&self, index: usize) -> u64 {
+        node_listings::cookie(self.generation, index)
+    }
+}
+
+/// The listing READDIR at `offset` of directory `inode` continues: handle `fh`'s, (re)built
+/// when the guest starts from offset 0; without a handle (`fh` 0: the kernel opened the
+/// directory without asking), the kept listing the offset names, or a new one.
+fn listing(fs: &Call<'_>, inode: u64, fh: u64, offset: u64) -> io::Result<Page> {
+    if fh == 0 && fs.negotiated.handleless_readdir() {
+        return handleless(fs, inode, offset);
+    }
     let h = fs.handles.get(fh)?;
     let d = h.as_dir()?;
     if d.inode != inode {
@@ -200,13 +231,49 @@ fn listing(
     if offset == 0 || snap.is_none() {
         *snap = Some(Arc::new(snapshot(fs, inode, &rel)?));
     }
-    Ok((rel, snap.clone().expect("just set")))
+    Ok(Page {
+        rel,
+        snapshot: snap.clone().expect("just set"),
+        generation: 0,
+        from: offset_index(offset),
+    })
 }
 
-fn dirent<'a>(e: &MergedEntry<'a>, index: usize) -> DirEntry<'a> {
+/// [`listing`] for a directory read without a handle (`node_listings.rs`).
+fn handleless(fs: &Call<'_>, inode: u64, offset: u64) -> io::Result<Page> {
+    let rel = fs.inodes.path(inode)?;
+    let from = node_listings::index_after(offset);
+    if offset != 0 {
+        if let Some(r) = fs.node_listings.resume(inode, offset) {
+            return Ok(Page {
+                rel,
+                snapshot: r.snapshot,
+                generation: r.generation,
+                from,
+            });
+        }
+    }
+    let snap = match snapshot(fs, inode, &rel) {
+        // The kept listings hold the budget: they go first (their readers start anew).
+        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && fs.node_listings.clear() > 0 => {
+            snapshot(fs, inode, &rel)?
+        }
+        r => r?,
+    };
+    let snapshot = Arc::new(snap);
+    let generation = fs.node_listings.keep(inode, snapshot.clone());
+    Ok(Page {
+        rel,
+        snapshot,
+        generation,
+        from,
+    })
+}
+
+fn dirent<'a>(e: &MergedEntry<'a>, offset: u64) -> DirEntry<'a> {
     DirEntry {
         ino: e.ino,
-        offset: index as u64 + 1,
+        offset,
         type_: e.dtype,
         name: e.name,
     }
@@ -226,9 +293,9 @@ pub fn readdir(
     offset: u64,
     add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
 ) -> io::Result<()> {
-    let (_, snap) = listing(fs, inode, fh, offset)?;
-    for (i, e) in snap.entries_from(offset_index(offset)) {
-        if add_entry(dirent(&e, i))? == 0 {
+    let page = listing(fs, inode, fh, offset)?;
+    for (i, e) in page.snapshot.entries_from(page.from) {
+        if add_entry(dirent(&e, page.cookie(i)))? == 0 {
             break;
         }
     }
@@ -243,10 +310,11 @@ pub fn readdirplus(
     offset: u64,
     add_entry: &mut dyn FnMut(DirEntry, Entry) -> io::Result<usize>,
 ) -> io::Result<()> {
-    let (rel, snap) = listing(fs, inode, fh, offset)?;
+    let page = listing(fs, inode, fh, offset)?;
+    let rel = &page.rel;
     let dot = fs.search_node(Func::Getattr, inode)?.st;
     let mut path: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
-    for (i, e) in snap.entries_from(offset_index(offset)) {
+    for (i, e) in page.snapshot.entries_from(page.from) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
             Entry {
@@ -283,7 +351,7 @@ pub fn readdirplus(
                 Err(_) => continue, // removed since the snapshot
             }
         };
-        let taken = add_entry(dirent(&e, i), entry);
+        let taken = add_entry(dirent(&e, page.cookie(i)), entry);
         if !matches!(taken, Ok(n) if n > 0) {
             if entry.inode != 0 {
                 fs.inodes.forget(entry.inode, 1);
@@ -304,8 +372,15 @@ pub fn releasedir(fs: &Call<'_>, inode: u64, fh: u64) -> io::Result<()> {
     }
 }
 
-/// Nothing to flush for a merged directory beyond checking the handle.
+/// Nothing to flush for a merged directory beyond checking the handle (none where the
+/// kernel opened the directory without asking).
 pub fn fsyncdir(fs: &Call<'_>, inode: u64, _datasync: bool, fh: u64) -> io::Result<()> {
+    if fh == 0 && fs.negotiated.handleless_readdir() {
+        return match fs.inodes.is_dir(inode) {
+            true => Ok(()),
+            false => Err(errno(libc::ENOTDIR)),
+        };
+    }
     match &*fs.handles.get(fh)? {
         Handle::Dir(d) if d.inode == inode => Ok(()),
         Handle::Lost { inode: i } if *i == inode => Err(errno(libc::EIO)),

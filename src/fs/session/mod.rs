@@ -258,6 +258,13 @@ pub trait Sessions {
     fn retake_host_locks(&self) -> usize {
         0
     }
+
+    /// Why the session cannot move to a daemon that reads device state version 1 only (the
+    /// previous release), beyond what the image says: the guest relies on something that
+    /// daemon does not do. None if it can.
+    fn needs_after_v1(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl Sessions for UnionFs {
@@ -271,6 +278,17 @@ impl Sessions for UnionFs {
 
     fn release_host_locks(&self) -> usize {
         self.locks.release_host(&self.call(&self.now(), None))
+    }
+
+    /// A guest told it need not open directories reads them without a handle, which the
+    /// previous release answers EBADF. Whether it was told is not in the session (this
+    /// build's daemons serve such reads whatever they were told), so where it may have been:
+    /// wherever the options let every directory's listing stay cached.
+    fn needs_after_v1(&self) -> Option<&'static str> {
+        let view = self.now();
+        let cached = view.opts.cache_readdir || view.branches.all_static();
+        (self.negotiated.opendir_elided() || (cached && self.negotiated.handleless_readdir()))
+            .then_some("a guest that opens directories without OPENDIR (cache.readdir=true)")
     }
 
     fn retake_host_locks(&self) -> usize {
