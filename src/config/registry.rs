@@ -209,7 +209,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         "full" => CacheFiles::Full,
         "auto-full" => CacheFiles::AutoFull,
     }) },
-    OptionSpec { name: "cache.readdir", help: "true|false: the guest caches directory listings across opens (FOPEN_CACHE_DIR; default false, true with --cache always|metadata)", set: |s, v| {
+    OptionSpec { name: "cache.readdir", help: "true|false: the guest caches directory listings across opens (FOPEN_CACHE_DIR; default false, true with --cache always|metadata); it then opens directories without OPENDIR/RELEASEDIR", set: |s, v| {
         s.opts.cache_readdir = boolean(v)?;
         Ok(())
     } },
