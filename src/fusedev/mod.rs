@@ -5,6 +5,7 @@
 //! policies.
 
 mod backing;
+mod buffer;
 mod mountpoint;
 mod reader;
 mod session;

@@ -1,7 +1,7 @@
 //! The union mounted on the host (`union-virtiofsd mount`), no guest: file operations through
 //! the kernel's FUSE mount and where their results land on the branches, the mount's life
 //! cycle (umount, SIGTERM, files open at unmount, the control socket, SIGHUP), bad input,
-//! FUSE passthrough, pjdfstest on the mount over one and three branches, and fsx. Needs root
+//! O_DIRECT onto an ext4 branch, FUSE passthrough, pjdfstest on the mount over one and three branches, and fsx. Needs root
 //! and /dev/fuse.
 //! One module per concern (`cargo test --test host ops::` runs one).
 //!
@@ -11,6 +11,7 @@
 //! private mount namespace of the suite's process (`unshare --mount`).
 
 mod bad_input;
+mod direct_io;
 mod fsx;
 mod lifecycle;
 mod ops;

@@ -9,6 +9,7 @@ pub mod calls;
 pub mod ctl;
 pub mod daemon;
 pub mod errno;
+pub mod ext4;
 pub mod fsharness;
 pub mod guest;
 pub mod hostlocks;
