@@ -594,11 +594,13 @@ pub enum Command {
     /// Mount the union on the host at MOUNTPOINT through /dev/fuse (as mergerfs does), with
     /// the daemon's branch, `-o` and `--config` options; runs until it is unmounted.
     ///
-    /// Needs root. mergerfs's generic mount options apply: `allow_other` (default as root),
-    /// `default_permissions` (default; `-o kernel-permissions-check=false` turns it off),
-    /// `nonempty`, `fsname=`, `ro`, `noexec`, `noatime`, `suid`, `dev`. `umount MOUNTPOINT`
-    /// (or SIGTERM/SIGINT, which detach it) ends it; a bad command line or mount point is
-    /// one line on stderr and exit status 2.
+    /// Root mounts with mount(2); an ordinary user mounts through fusermount3, as libfuse
+    /// does. mergerfs's generic mount options apply: `allow_other` (default as root; for a
+    /// user only where /etc/fuse.conf has `user_allow_other`), `default_permissions`
+    /// (default; `-o kernel-permissions-check=false` turns it off), `nonempty`, `fsname=`,
+    /// `ro`, `noexec`, `noatime`, `suid`, `dev`. `umount MOUNTPOINT` (`fusermount3 -u` for a
+    /// user's mount; SIGTERM/SIGINT detach it) ends it; a bad command line or mount point, or
+    /// a mount fusermount3 refuses, is one line on stderr and exit status 2.
     Mount(MountArgs),
     /// Print the man page (roff, section 1) on standard output.
     Man,

@@ -26,6 +26,10 @@ fn main() -> ExitCode {
             }
         };
     }
+    // The helper that unmounts a fusermount3 mount for a confined daemon: nothing else to do.
+    if let Some(at) = union_virtiofsd::fusedev::unmount_helper_request() {
+        return ExitCode::from(union_virtiofsd::fusedev::unmount_helper(&at));
+    }
     union_virtiofsd::sys::mem::configure();
     let args = match union_virtiofsd::cli::parse(std::env::args_os().collect()) {
         union_virtiofsd::cli::Parsed::Serve(args) => *args,

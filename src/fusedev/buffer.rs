@@ -52,7 +52,11 @@ mod tests {
                 let mut b = Aligned::new(len, lead, 4096);
                 let s = b.as_mut_slice();
                 assert_eq!(s.len(), len);
-                assert_eq!((s.as_ptr() as usize + lead) % 4096, 0, "len {len} lead {lead}");
+                assert_eq!(
+                    (s.as_ptr() as usize + lead) % 4096,
+                    0,
+                    "len {len} lead {lead}"
+                );
                 s[len - 1] = 1;
             }
         }

@@ -1,15 +1,17 @@
 //! The host mount (`union-virtiofsd mount MOUNTPOINT`): the union served through /dev/fuse by
 //! the same protocol layer (`fuse/`) as the vhost-user device, as mergerfs serves it. The
-//! start (checks, mount, confinement), the reader threads, and the end: an unmount (exit 0),
-//! or SIGTERM/SIGINT, which detach the mount first. Nothing here knows virtio or the union's
-//! policies.
+//! start (checks, mount by the daemon itself as root or by fusermount3 for an ordinary user,
+//! confinement), the reader threads, and the end: an unmount (exit 0), or SIGTERM/SIGINT,
+//! which detach the mount first. Nothing here knows virtio or the union's policies.
 
 mod backing;
 mod buffer;
+mod fusermount;
 mod mountpoint;
 mod reader;
 mod session;
 mod transport;
+mod unmount;
 
 use std::io;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use crate::config::mount::MountConfig;
 use crate::fs::UnionFs;
 use crate::fuse::Server;
 pub use transport::Device;
+pub use unmount::{helper as unmount_helper, helper_request as unmount_helper_request};
 
 /// Why a host mount did not start or ended in error.
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +44,14 @@ pub enum Error {
         /// Why.
         source: io::Error,
     },
-    /// Not root: unprivileged mounts (through fusermount3) are not supported.
-    #[error("mounting needs root (unprivileged mounts through fusermount3 are not supported yet)")]
-    NotRoot,
+    /// fusermount3 (an ordinary user's mount) cannot be run or refused the mount.
+    #[error("{}: {why}", fusermount_said(path))]
+    Fusermount {
+        /// The mount point.
+        path: PathBuf,
+        /// fusermount3's message, or why it could not be run.
+        why: String,
+    },
     /// The branches cannot be served.
     #[error(transparent)]
     Fs(#[from] crate::fs::Error),
@@ -94,11 +102,16 @@ impl Error {
             self,
             Error::Mountpoint { .. }
                 | Error::DeviceAccess { .. }
-                | Error::NotRoot
+                | Error::Fusermount { .. }
                 | Error::Fs(_)
                 | Error::CtlSocket(_)
         )
     }
+}
+
+/// The start of a fusermount3 error's line.
+fn fusermount_said(path: &std::path::Path) -> String {
+    format!("{} cannot mount on {}", fusermount::PROGRAM, path.display())
 }
 
 /// How the mount ended.
@@ -136,16 +149,14 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
         path: cfg.mountpoint.clone(),
         why: e.to_string(),
     })?;
-    let device = session::Device::open()?;
-    if !rustix::process::geteuid().is_root() {
-        return Err(Error::NotRoot);
-    }
+    let mounter = session::Mounter::new(cfg.privileged)?;
     let shared = cfg.shared;
     let fs = Arc::new(UnionFs::new(shared.fs)?);
     for note in &shared.notes {
         warn!("{note}");
     }
-    info!("{}", crate::sys::limits::set_nofile(cfg.rlimit_nofile)?);
+    // Said once mounted: a refusal by fusermount3 is the only line of a start that failed.
+    let nofile = crate::sys::limits::set_nofile(cfg.rlimit_nofile)?;
     let mut reload = crate::ctl::reload::Reload::open(cfg.config_file.as_deref())
         .map_err(start("open the directory of --config"))?;
     let ctl = match &shared.ctl_socket {
@@ -157,7 +168,9 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
     // Caught before the mount exists: a SIGTERM from then on detaches it (one that came
     // between mount(2) and a handler would kill the daemon and leave a dead mount).
     let signals = Signals::new([SIGTERM, SIGINT]).map_err(start("catch SIGTERM"))?;
-    let mounted = device.mount(&at, o, max_read)?;
+    let mounted = mounter.mount(&at, o, max_read)?;
+    let unmounter = mounted.unmounter();
+    info!("{nofile}");
     // From here on a failure unmounts what it mounted.
     let ctl_path = ctl.as_ref().and(shared.ctl_socket.clone());
     let _remove_ctl = RemoveOnDrop(ctl_path);
@@ -215,13 +228,13 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             })
             .map_err(start("start a reader thread"))?;
     }
-    let detach = at.clone();
+    let detach = unmounter.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                if let Err(e) = crate::sys::fusedev::unmount(&detach, true) {
-                    warn!("cannot unmount {}: {e}", detach.display());
+                if let Err(e) = detach.detach() {
+                    warn!("cannot unmount: {e}");
                 }
                 let _ = tx.send(Ended::Signal(sig));
             }
@@ -237,7 +250,7 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             Ok(())
         }
         Ok(Ended::Failed(source)) => {
-            let _ = crate::sys::fusedev::unmount(&at, true);
+            let _ = unmounter.detach();
             Err(Error::Device { source })
         }
     }

@@ -59,14 +59,36 @@ fn o_direct_on_an_ext4_branch_behaves_as_on_the_branch() {
         // Aligned writes: whole pages, 512-byte sectors, 1 MiB (two WRITEs of max_write).
         &[&input, "of=pages", "bs=4096", "count=16", "oflag=direct"],
         &[&input, "of=sectors", "bs=512", "count=7", "oflag=direct"],
-        &[&input, "of=pages", "bs=512", "count=3", "seek=5", "oflag=direct", "conv=notrunc"],
+        &[
+            &input,
+            "of=pages",
+            "bs=512",
+            "count=3",
+            "seek=5",
+            "oflag=direct",
+            "conv=notrunc",
+        ],
         &[&input, "of=big", "bs=1M", "count=3", "oflag=direct"],
         // Unaligned: the branch refuses them (EINVAL), so must the mount.
         &[&input, "of=odd", "bs=1000", "count=1", "oflag=direct"],
-        &[&input, "of=pages", "bs=4096", "count=1", "seek=1", "oflag=direct,seek_bytes", "conv=notrunc"],
+        &[
+            &input,
+            "of=pages",
+            "bs=4096",
+            "count=1",
+            "seek=1",
+            "oflag=direct,seek_bytes",
+            "conv=notrunc",
+        ],
         // Reads: aligned through, unaligned EINVAL.
         &["if=big", "of=/dev/null", "bs=1M", "iflag=direct"],
-        &["if=pages", "of=/dev/null", "bs=512", "skip=3", "iflag=direct"],
+        &[
+            "if=pages",
+            "of=/dev/null",
+            "bs=512",
+            "skip=3",
+            "iflag=direct",
+        ],
         &["if=pages", "of=/dev/null", "bs=1000", "iflag=direct"],
     ];
     let mut ended = Vec::new();
@@ -81,18 +103,31 @@ fn o_direct_on_an_ext4_branch_behaves_as_on_the_branch() {
     for (i, r) in ended.iter().enumerate() {
         let unaligned = matches!(i, 4 | 5 | 8);
         assert_eq!(r.ok, !unaligned, "dd {:?}: {r:?}", rows[i]);
-        assert_eq!(r.error.as_deref(), einval.filter(|_| unaligned), "dd {:?}", rows[i]);
+        assert_eq!(
+            r.error.as_deref(),
+            einval.filter(|_| unaligned),
+            "dd {:?}",
+            rows[i]
+        );
     }
     assert_eq!(ended[3].copied, 3 << 20);
     for name in ["pages", "sectors", "big", "odd"] {
-        let (a, b) = (std::fs::read(native.join(name)), std::fs::read(e.path().join(name)));
+        let (a, b) = (
+            std::fs::read(native.join(name)),
+            std::fs::read(e.path().join(name)),
+        );
         assert_eq!(a.unwrap(), b.unwrap(), "{name} differs");
     }
     // What the mount reads back with O_DIRECT is what the branch holds.
     let back = m.path().join("back");
     let r = dd(
         m.path(),
-        &["if=big", &format!("of={}", back.display()), "bs=64k", "iflag=direct"],
+        &[
+            "if=big",
+            &format!("of={}", back.display()),
+            "bs=64k",
+            "iflag=direct",
+        ],
     );
     assert!(r.ok && r.copied == 3 << 20, "{r:?}");
     assert_eq!(std::fs::read(&back).unwrap(), &data[..]);

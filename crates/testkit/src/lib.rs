@@ -25,4 +25,5 @@ pub mod signal;
 pub mod tmpfs;
 pub mod tree;
 pub mod union_case;
+pub mod usermount;
 pub mod users;

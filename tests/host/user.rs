@@ -1,0 +1,168 @@
+//! An ordinary user's host mount (uvfs-test, through fusermount3, in a mount namespace of
+//! its own: testkit::usermount): file operations land on the user's branches as the user's
+//! files; the daemon runs with no capability, no_new_privs and its seccomp filter;
+//! `fusermount3 -u` and SIGTERM end it with status 0 and nothing mounted; `allow_other` is
+//! the host's to allow (/etc/fuse.conf), refused in one line with exit status 2 otherwise.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use testkit::proc::status_field;
+use testkit::tmpfs::Tmpfs;
+use testkit::usermount::{command, user_dir, UserMount};
+use testkit::users::uvfs_test;
+
+/// /etc/fuse.conf as Debian ships it: `user_allow_other` commented out.
+const NO_ALLOW_OTHER: &str = "#user_allow_other";
+
+/// A small tmpfs branch owned by uvfs-test.
+fn user_branch() -> Tmpfs {
+    let u = uvfs_test();
+    Tmpfs::with_options(&format!("size=16M,mode=0755,uid={},gid={}", u.uid, u.gid))
+}
+
+fn branch_args(branches: &[&Path], opts: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for b in branches {
+        v.push("--branch".to_owned());
+        v.push(b.display().to_string());
+    }
+    v.extend(["-o".to_owned(), opts.to_owned()]);
+    v
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn an_ordinary_user_mounts_through_fusermount3_and_unmounts_with_it() {
+    let u = uvfs_test();
+    let (a, b) = (user_branch(), user_branch());
+    std::fs::write(b.path().join("b.txt"), "from b\n").unwrap();
+    std::os::unix::fs::chown(b.path().join("b.txt"), Some(u.uid), Some(u.gid)).unwrap();
+    let args = branch_args(&[a.path(), b.path()], "category.create=ff,minfreespace=1M");
+    let mut m = UserMount::new(NO_ALLOW_OTHER, &strs(&args));
+    let pid = m.pid();
+    // fusermount3 made it for the user: the user's id, no allow_other.
+    let opts = m.mount_options(pid).unwrap();
+    assert!(opts.contains(&format!("user_id={}", u.uid)), "{opts}");
+    assert!(!opts.contains("allow_other"), "{opts}");
+    // Confined as far as an ordinary user can be: no capability, no_new_privs, the filter.
+    assert_eq!(
+        status_field(pid, "Uid").split('\t').next(),
+        Some(&*u.uid.to_string())
+    );
+    assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(status_field(pid, "Seccomp"), "2");
+    let script = "set -e; cd \"$1\"; cat b.txt; echo hello > new.txt; mkdir d; echo x > d/f; \
+                  mv new.txt renamed.txt; echo again >> b.txt; ls";
+    let out = m
+        .as_user("sh")
+        .args(["-c", script, "sh"])
+        .arg(m.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}\n{}", m.log());
+    assert_eq!(text, "from b\nb.txt\nd\nrenamed.txt\n");
+    // ff: new entries on the first branch, as the user's; a changed file stays where it was.
+    let renamed = a.path().join("renamed.txt");
+    assert_eq!(std::fs::read_to_string(&renamed).unwrap(), "hello\n");
+    assert_eq!(std::fs::metadata(&renamed).unwrap().uid(), u.uid);
+    assert_eq!(
+        std::fs::read_to_string(a.path().join("d/f")).unwrap(),
+        "x\n"
+    );
+    assert!(!a.path().join("new.txt").exists() && !b.path().join("renamed.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(b.path().join("b.txt")).unwrap(),
+        "from b\nagain\n"
+    );
+    // Without allow_other the mount is the user's alone, root included.
+    let root = m.in_ns("ls").arg(m.path()).output().unwrap();
+    assert!(!root.status.success(), "{root:?}");
+    assert!(String::from_utf8_lossy(&root.stderr).contains("Permission denied"));
+    let ok = m
+        .as_user("fusermount3")
+        .arg("-u")
+        .arg(m.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "fusermount3 -u\n{}", m.log());
+    assert_eq!(m.wait(Duration::from_secs(20)), 0, "{}", m.log());
+}
+
+#[test]
+fn sigterm_unmounts_through_the_helper_and_exits_0() {
+    let a = user_branch();
+    let args = branch_args(&[a.path()], "minfreespace=1M");
+    let mut m = UserMount::new(NO_ALLOW_OTHER, &strs(&args));
+    // A process that keeps the namespace after the daemon, to see its mount table then; it
+    // says when it is in.
+    let mut holder = m
+        .in_ns("sh")
+        .args(["-c", "echo in; exec cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "in\n");
+    assert!(m.mount_options(holder.id()).is_some(), "{}", m.log());
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &m.pid().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(m.wait(Duration::from_secs(20)), 0, "{}", m.log());
+    let left = m.mount_options(holder.id());
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(left, None, "still mounted after SIGTERM:\n{}", m.log());
+    assert!(!m.log().contains("cannot unmount"), "{}", m.log());
+}
+
+#[test]
+fn allow_other_is_the_hosts_to_allow() {
+    let a = user_branch();
+    let args = branch_args(&[a.path()], "minfreespace=1M,allow_other");
+    // Refused where /etc/fuse.conf does not allow it: one line, exit status 2.
+    let (at, dev) = (user_dir(), tempfile::tempdir().unwrap());
+    let out = command(at.path(), dev.path(), NO_ALLOW_OTHER, &strs(&args))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(
+        err.contains(&format!(
+            "fusermount3 cannot mount on {}: option allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf",
+            at.path().display()
+        )),
+        "{err}"
+    );
+    // Allowed: root may use the user's mount.
+    let mut m = UserMount::new("user_allow_other", &strs(&args));
+    assert!(m.mount_options(m.pid()).unwrap().contains("allow_other"));
+    let root = m.in_ns("ls").arg(m.path()).output().unwrap();
+    assert!(root.status.success(), "{root:?}");
+    let ok = m
+        .as_user("fusermount3")
+        .arg("-u")
+        .arg(m.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(m.wait(Duration::from_secs(20)), 0, "{}", m.log());
+}
