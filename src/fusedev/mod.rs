@@ -4,6 +4,7 @@
 //! confinement), the reader threads, and the end: an unmount (exit 0), or SIGTERM/SIGINT,
 //! which detach the mount first. Nothing here knows virtio or the union's policies.
 
+pub mod background;
 mod backing;
 mod buffer;
 mod fusermount;
@@ -140,8 +141,9 @@ fn start(what: &'static str) -> impl FnOnce(io::Error) -> Error {
 }
 
 /// Mounts the union `cfg` describes and serves it until it is unmounted or a SIGTERM/SIGINT
-/// arrives (both Ok). Errors before the mount leave nothing mounted.
-pub fn run(cfg: MountConfig) -> Result<(), Error> {
+/// arrives (both Ok). Errors before the mount leave nothing mounted. A background daemon
+/// (`ready`) says when its readers serve the mount, and leaves its working directory first.
+pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Error> {
     let o = &cfg.options;
     mountpoint::check(&cfg.mountpoint, o.nonempty)?;
     // Resolved now, before the mount makes looking it up a request to this daemon.
@@ -178,6 +180,9 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
         let readers = shared.thread_pool_size.max(2);
         let fds = mounted.clones(readers - 1)?;
         reload.catch().map_err(start("catch SIGHUP"))?;
+        if let Some(r) = &ready {
+            r.leave_cwd().map_err(start("change directory to /"))?;
+        }
         crate::confine::drop_caps(&shared.confinement).map_err(start("drop capabilities"))?;
         crate::confine::filter(&shared.confinement).map_err(start("install the seccomp filter"))?;
         Ok::<_, Error>((fds, signals))
@@ -240,6 +245,11 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             }
         })
         .map_err(start("start the signal thread"))?;
+    if let Some(r) = ready {
+        if let Err(e) = r.serving() {
+            warn!("cannot tell the starting process the mount is served: {e}");
+        }
+    }
     match ended.recv() {
         Ok(Ended::Unmounted) | Err(_) => {
             info!("{} unmounted", at.display());

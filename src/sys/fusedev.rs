@@ -167,16 +167,19 @@ pub fn receive_device(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
     Ok(fds.and_then(|v| v.into_iter().next()))
 }
 
-/// Points standard input, output and error at /dev/null (a daemon gone to the background:
-/// the terminal or the pipe of whoever started it is let go).
-pub fn detach_stdio() -> io::Result<()> {
-    let null = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")?;
-    rustix::stdio::dup2_stdin(&null)?;
-    rustix::stdio::dup2_stdout(&null)?;
-    rustix::stdio::dup2_stderr(&null)?;
+/// Points standard input, output and error at `null` (/dev/null opened before: a daemon gone
+/// to the background lets go of the terminal or pipe of whoever started it). dup3, not dup2:
+/// the seccomp filter allows only dup3.
+pub fn detach_stdio(null: &OwnedFd) -> io::Result<()> {
+    for target in 0..3 {
+        // SAFETY: dup3 takes two descriptor numbers and flags and touches no memory; `null` is
+        // open for the call, and replacing descriptors 0-2 closes nothing this process owns
+        // through an OwnedFd (std's handles to them borrow the numbers).
+        let r = unsafe { libc::dup3(null.as_raw_fd(), target, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! its own: testkit::usermount): file operations land on the user's branches as the user's
 //! files; the daemon runs with no capability, no_new_privs and its seccomp filter;
 //! `fusermount3 -u` and SIGTERM end it with status 0 and nothing mounted; `allow_other` is
-//! the host's to allow (/etc/fuse.conf), refused in one line with exit status 2 otherwise.
+//! the host's to allow (/etc/fuse.conf), refused in one line with exit status 2 otherwise;
+//! the fstab form returns once the user's mount is served, and `fusermount3 -u` ends it.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use testkit::proc::status_field;
 use testkit::tmpfs::Tmpfs;
-use testkit::usermount::{command, user_dir, UserMount};
+use testkit::usermount::{command, daemon, user_dir, UserMount};
 use testkit::users::uvfs_test;
 
 /// /etc/fuse.conf as Debian ships it: `user_allow_other` commented out.
@@ -165,4 +166,56 @@ fn allow_other_is_the_hosts_to_allow() {
         .success();
     assert!(ok);
     assert_eq!(m.wait(Duration::from_secs(20)), 0, "{}", m.log());
+}
+
+#[test]
+fn the_fstab_form_returns_once_mounted_and_fusermount3_ends_it() {
+    testkit::proc::adopt_orphans();
+    let u = uvfs_test();
+    let a = user_branch();
+    let (at, dev, run) = (user_dir(), tempfile::tempdir().unwrap(), user_dir());
+    let sock = run.path().join("ctl");
+    let opts = format!("minfreespace=1M,ctl-socket={}", sock.display());
+    let err = run.path().join("stderr");
+    let args = [
+        a.path().as_os_str(),
+        at.path().as_os_str(),
+        "-o".as_ref(),
+        opts.as_ref(),
+    ];
+    let mut starter = daemon(dev.path(), NO_ALLOW_OTHER, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let st = testkit::proc::wait_exit(&mut starter, Duration::from_secs(20));
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(st, 0, "{said}");
+    assert!(!said.contains("ERROR"), "{said}");
+    let out = testkit::proc::daemon()
+        .arg("ctl")
+        .arg("--ctl-socket")
+        .arg(&sock)
+        .args(["get", "pid"])
+        .output()
+        .unwrap();
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mounts")).unwrap();
+    let at_s = at.path().to_string_lossy();
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.contains(&*at_s) && l.contains(&format!("user_id={}", u.uid))),
+        "not mounted when the starter exited:\n{mounts}"
+    );
+    let ok = std::process::Command::new("nsenter")
+        .args(["--target", &pid.to_string(), "--mount", "setpriv"])
+        .args(["--reuid=uvfs-test", "--regid=uvfs-test", "--clear-groups"])
+        .args(["fusermount3", "-u"])
+        .arg(at.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "fusermount3 -u");
+    assert_eq!(testkit::proc::wait_adopted(pid, Duration::from_secs(20)), 0);
 }

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod errno;
 pub mod ext4;
 pub mod fsharness;
+pub mod fstab;
 pub mod guest;
 pub mod hostlocks;
 pub mod hostmount;

@@ -6,6 +6,7 @@
 //! host's /dev, /etc and mount table are left alone. The mount is seen and used from inside
 //! that namespace (`nsenter --mount`). Needs root.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,19 +32,24 @@ pub fn user_dir() -> tempfile::TempDir {
     d
 }
 
-/// `union-virtiofsd mount AT ARGS…` as uvfs-test in a namespace of its own, /etc/fuse.conf
-/// holding `fuse_conf`; `dev` is an empty directory for the namespace's device node.
-pub fn command(at: &Path, dev: &Path, fuse_conf: &str, args: &[&str]) -> Command {
+/// `union-virtiofsd ARGS…` as uvfs-test in a namespace of its own, /etc/fuse.conf holding
+/// `fuse_conf`; `dev` is an empty directory for the namespace's device node.
+pub fn daemon<S: AsRef<OsStr>>(dev: &Path, fuse_conf: &str, args: &[S]) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "sh", "-c", SETUP, "sh"])
         .arg(dev)
         .arg(crate::bin::daemon_path())
-        .arg("mount")
-        .arg(at)
         .args(args)
         .env("UVFS_FUSE_CONF", fuse_conf)
         .stdin(Stdio::null());
     cmd
+}
+
+/// `union-virtiofsd mount AT ARGS…` as [`daemon`] runs it.
+pub fn command(at: &Path, dev: &Path, fuse_conf: &str, args: &[&str]) -> Command {
+    let mut all = vec![OsStr::new("mount"), at.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    daemon(dev, fuse_conf, &all)
 }
 
 /// A running user's mount.
