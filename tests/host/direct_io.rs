@@ -132,3 +132,30 @@ fn o_direct_on_an_ext4_branch_behaves_as_on_the_branch() {
     assert!(r.ok && r.copied == 3 << 20, "{r:?}");
     assert_eq!(std::fs::read(&back).unwrap(), &data[..]);
 }
+
+/// What the mount cannot carry: the alignment of the caller's memory. The kernel copies an
+/// O_DIRECT write's data into the daemon's buffer, whose payload is page-aligned whatever
+/// the caller's buffer was, so a write from unaligned memory at an aligned offset and size
+/// goes through where the branch itself refuses it (EINVAL).
+#[test]
+fn the_callers_memory_alignment_is_not_carried() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let e = Ext4::new(32);
+    let m = HostMount::new(&[e.path()], &["-o", "minfreespace=1M"]);
+    let mut mem = vec![7u8; 3 * 4096];
+    let page = mem.as_ptr() as usize % 4096;
+    let start = (4096 - page) % 4096 + 1;
+    let unaligned = &mut mem[start..start + 4096];
+    let write = |dir: &Path| {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.join("u"))
+            .unwrap();
+        testkit::errno::result(f.write_at(unaligned, 0))
+    };
+    assert_eq!(write(e.path()), Err(libc::EINVAL));
+    assert_eq!(write(m.path()), Ok(4096));
+}
