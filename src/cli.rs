@@ -245,6 +245,11 @@ mod tests {
             ("/m".into(), 1, false)
         );
         assert_eq!(m(&["u", "./mount", "/m"]), ("/m".into(), 1, true));
+        // mergerfs's fstab sources: globs and modes (expanded later, as --branches).
+        assert_eq!(
+            m(&["u", "/mnt/disk*:/ro=RO,1G", "/m"]),
+            ("/m".into(), 2, true)
+        );
         assert!(matches!(
             parse_all(&["u", "--socket-path", "/s", "--branch", "/a"]),
             Parsed::Serve(_)

@@ -2,8 +2,9 @@
 //! runs it through mount.fuse3 (testkit::fstab): an fstab line mounts the union with its
 //! options, mount(8) returns once the union is mounted and served, by a daemon gone to the
 //! background (a session of its own, `/` as its working directory, stdio on /dev/null);
-//! `umount` ends that daemon with status 0; bad input is mount(8)'s exit status 2 with the
-//! daemon's one line, and nothing is mounted.
+//! a remount through mount.fuse3 is refused and changes nothing; `umount` ends that daemon
+//! with status 0; bad input is mount(8)'s exit status 2 with the daemon's one line, and
+//! nothing is mounted.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -62,6 +63,11 @@ fn an_fstab_line_mounts_in_the_background_and_umount_ends_it() {
         opts.contains("allow_other") && opts.contains("user_id=0"),
         "{opts}"
     );
+    // mount.fuse3 adds dev,suid, as for any filesystem in fstab without nodev,nosuid.
+    assert!(
+        !opts.contains("nosuid") && !opts.contains("nodev"),
+        "{opts}"
+    );
     // In the background: a session of its own, holding no directory, no terminal or pipe.
     assert_eq!(stat_field(pid, 6), pid.to_string(), "session");
     let link = |p: String| std::fs::read_link(p).unwrap();
@@ -79,6 +85,22 @@ fn an_fstab_line_mounts_in_the_background_and_umount_ends_it() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&made.stdout), "hello\n", "{made:?}");
     assert!(big.path().join("new").is_file() && !small.path().join("new").exists());
+    // A remount goes through mount.fuse3 with the fsname as the source: refused, no change.
+    let remount = std::process::Command::new("nsenter")
+        .args([
+            "--target",
+            &pid.to_string(),
+            "--mount",
+            "mount",
+            "-o",
+            "remount,ro",
+        ])
+        .arg(at.path())
+        .output()
+        .unwrap();
+    assert_eq!(remount.status.code(), Some(2), "{remount:?}");
+    let opts = mount_options(pid, at.path()).unwrap();
+    assert!(opts.starts_with("rw,"), "{opts}");
     let ok = std::process::Command::new("nsenter")
         .args(["--target", &pid.to_string(), "--mount", "umount"])
         .arg(at.path())

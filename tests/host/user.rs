@@ -1,9 +1,12 @@
 //! An ordinary user's host mount (uvfs-test, through fusermount3, in a mount namespace of
 //! its own: testkit::usermount): file operations land on the user's branches as the user's
-//! files; the daemon runs with no capability, no_new_privs and its seccomp filter;
-//! `fusermount3 -u` and SIGTERM end it with status 0 and nothing mounted; `allow_other` is
-//! the host's to allow (/etc/fuse.conf), refused in one line with exit status 2 otherwise;
-//! the fstab form returns once the user's mount is served, and `fusermount3 -u` ends it.
+//! files; the daemon runs with no capability, no_new_privs and its seccomp filter; `suid` is
+//! dropped with fusermount3's note; `fusermount3 -u` and SIGTERM end it with status 0 and
+//! nothing mounted (the unmount helper ignores the signals a whole terminal or service
+//! gets); a SIGKILL leaves a dead mount that `fusermount3 -u` removes; `allow_other` is the
+//! host's to allow (/etc/fuse.conf), refused in one line with exit status 2 otherwise, as is
+//! a /dev/fuse the user cannot open; the fstab form returns once the user's mount is served,
+//! and `fusermount3 -u` ends it.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -43,13 +46,25 @@ fn an_ordinary_user_mounts_through_fusermount3_and_unmounts_with_it() {
     let (a, b) = (user_branch(), user_branch());
     std::fs::write(b.path().join("b.txt"), "from b\n").unwrap();
     std::os::unix::fs::chown(b.path().join("b.txt"), Some(u.uid), Some(u.gid)).unwrap();
-    let args = branch_args(&[a.path(), b.path()], "category.create=ff,minfreespace=1M");
+    let args = branch_args(
+        &[a.path(), b.path()],
+        "category.create=ff,minfreespace=1M,suid",
+    );
     let mut m = UserMount::new(NO_ALLOW_OTHER, &strs(&args));
     let pid = m.pid();
-    // fusermount3 made it for the user: the user's id, no allow_other.
+    // fusermount3 made it for the user: the user's id, no allow_other, suid dropped (its
+    // note in the log).
     let opts = m.mount_options(pid).unwrap();
     assert!(opts.contains(&format!("user_id={}", u.uid)), "{opts}");
-    assert!(!opts.contains("allow_other"), "{opts}");
+    assert!(
+        !opts.contains("allow_other") && opts.contains("nosuid"),
+        "{opts}"
+    );
+    assert!(
+        m.log().contains("fusermount3: unsafe option suid ignored"),
+        "{}",
+        m.log()
+    );
     // Confined as far as an ordinary user can be: no capability, no_new_privs, the filter.
     assert_eq!(
         status_field(pid, "Uid").split('\t').next(),
@@ -119,6 +134,19 @@ fn sigterm_unmounts_through_the_helper_and_exits_0() {
     .unwrap();
     assert_eq!(line, "in\n");
     assert!(m.mount_options(holder.id()).is_some(), "{}", m.log());
+    // The unmount helper (the daemon's one child) ignores the signals that reach a whole
+    // terminal or service: it is still there to unmount when the daemon asks.
+    let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", m.pid())).unwrap();
+    let helper: Vec<&str> = kids.split_whitespace().collect();
+    assert_eq!(helper.len(), 1, "children: {kids}");
+    for sig in ["-TERM", "-INT", "-HUP"] {
+        let ok = std::process::Command::new("kill")
+            .args([sig, helper[0]])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {}", helper[0]);
+    }
     let ok = std::process::Command::new("kill")
         .args(["-TERM", &m.pid().to_string()])
         .status()
@@ -131,6 +159,25 @@ fn sigterm_unmounts_through_the_helper_and_exits_0() {
     holder.wait().unwrap();
     assert_eq!(left, None, "still mounted after SIGTERM:\n{}", m.log());
     assert!(!m.log().contains("cannot unmount"), "{}", m.log());
+}
+
+#[test]
+fn a_dev_fuse_the_user_cannot_open_is_one_line_and_exit_2() {
+    let a = user_branch();
+    let args = branch_args(&[a.path()], "minfreespace=1M");
+    let (at, dev) = (user_dir(), tempfile::tempdir().unwrap());
+    let out = command(at.path(), dev.path(), NO_ALLOW_OTHER, &strs(&args))
+        .env("UVFS_FUSE_MODE", "0600")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    let want = format!(
+        "fusermount3 cannot mount on {}: failed to open /dev/fuse: Permission denied",
+        at.path().display()
+    );
+    assert!(err.contains(&want), "{err}");
 }
 
 #[test]
@@ -218,4 +265,46 @@ fn the_fstab_form_returns_once_mounted_and_fusermount3_ends_it() {
         .success();
     assert!(ok, "fusermount3 -u");
     assert_eq!(testkit::proc::wait_adopted(pid, Duration::from_secs(20)), 0);
+}
+
+#[test]
+fn a_killed_daemon_leaves_a_dead_mount_that_fusermount3_removes() {
+    let a = user_branch();
+    let args = branch_args(&[a.path()], "minfreespace=1M");
+    let mut m = UserMount::new(NO_ALLOW_OTHER, &strs(&args));
+    // As the user in the namespace: waits, lists the mount point, unmounts it.
+    let holder = "echo in; read _; ls \"$1\" 2>&1; fusermount3 -u \"$1\" && echo removed";
+    let mut user = m
+        .as_user("sh")
+        .args(["-c", holder, "sh"])
+        .arg(m.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(user.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "in\n");
+    let ok = std::process::Command::new("kill")
+        .args(["-KILL", &m.pid().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert_eq!(m.wait(Duration::from_secs(20)), -1);
+    let mut stdin = user.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(
+        line.ends_with("Transport endpoint is not connected\n"),
+        "{line}"
+    );
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "removed\n");
+    drop(stdin);
+    assert!(user.wait().unwrap().success());
 }

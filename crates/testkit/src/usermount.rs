@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use crate::users;
 
-/// What runs in the new namespace before the daemon: a tmpfs on `$1`, a 0666 /dev/fuse and
-/// `$UVFS_FUSE_CONF` as /etc/fuse.conf from it, then the rest of the arguments as the user.
+/// What runs in the new namespace before the daemon: a tmpfs on `$1`, a /dev/fuse of mode
+/// `$UVFS_FUSE_MODE` (default 0666) and `$UVFS_FUSE_CONF` as /etc/fuse.conf from it, then the
+/// rest of the arguments as the user.
 const SETUP: &str = r#"set -e
 dev=$1; shift
 mount -t tmpfs -o mode=0755 tmpfs "$dev"
-mknod -m 0666 "$dev/fuse" c 10 229
+mknod -m "${UVFS_FUSE_MODE:-0666}" "$dev/fuse" c 10 229
 mount --bind "$dev/fuse" /dev/fuse
 printf '%s\n' "$UVFS_FUSE_CONF" > "$dev/fuse.conf"
 mount --bind "$dev/fuse.conf" /etc/fuse.conf
