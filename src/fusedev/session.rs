@@ -1,6 +1,6 @@
-//! The mount itself: made with mount(2) on an open /dev/fuse when the daemon may (CAP_SYS_ADMIN),
-//! else by fusermount3; one more descriptor of the connection per extra reader thread; and
-//! the lazy unmount SIGTERM asks for, by the same means. Serves no request.
+//! The mount itself: made with mount(2) on an open /dev/fuse when the daemon may
+//! (CAP_SYS_ADMIN), else by fusermount3; one more descriptor of the connection per extra
+//! reader thread; and the lazy unmount SIGTERM asks for, by the same means. Serves no request.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;

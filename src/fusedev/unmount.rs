@@ -78,7 +78,7 @@ impl Unmounter {
     }
 }
 
-/// In a process started by [`Unmounter::helper`]: the mount point it is to unmount; `None`
+/// In a process started as the unmount helper: the mount point it is to unmount; `None`
 /// in any other process.
 pub fn helper_request() -> Option<PathBuf> {
     std::env::var_os(HELPER_ENV).map(PathBuf::from)
