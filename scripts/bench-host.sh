@@ -98,10 +98,11 @@ umount_setup() {
 }
 
 # dd_run OP BS MIB DIR BRANCH: one dd, writing or reading DIR/f; prints "MiB/s CPU-seconds".
-# On the disk branch O_DIRECT cannot go through a daemon (mergerfs or ours: the kernel sends
-# the daemon O_DIRECT, whose unaligned buffers ext4 refuses, EINVAL), so there, as the guide's
-# own dd lines: writes with oflag=nocache conv=fdatasync, reads with iflag=nocache after the
-# branch file's page cache is dropped (dd count=0 oflag=nocache on it).
+# On the disk branch O_DIRECT does not go through mergerfs 2.33 (the kernel sends the daemon
+# O_DIRECT, and the daemon's unaligned buffers ext4 refuses, EINVAL; ours places them on a
+# page, tests/host/direct_io.rs), so there every side runs the guide's own dd lines: writes
+# with oflag=nocache conv=fdatasync, reads with iflag=nocache after the branch file's page
+# cache is dropped (dd count=0 oflag=nocache on it).
 dd_run() {
     local op=$1 bs=$2 mib=$3 dir=$4 branch=$5 count c0 c1 line wflag=oflag=direct rflag=iflag=direct
     count=$(( mib * 1048576 / $(numfmt --from=iec "${bs^^}") ))

@@ -7,7 +7,7 @@
 # I/O load during an upgrade in place), attr and acl (getfattr/setfattr, getfacl/setfacl for
 # the guest's xattr and ACL tests), checkpolicy (compiles the guest's SELinux test policy:
 # tests/guest/security_label.rs). Also makes the
-# system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the test of an unprivileged daemon (tests/cli/confinement.rs). Adds the bookworm-backports apt source if missing.
+# system user uvfs-test with a subordinate id range (/etc/subuid, /etc/subgid) for the tests of an unprivileged daemon (tests/cli/confinement.rs) and of a user's host mount through fusermount3 (tests/host/user.rs; fuse3 gives fusermount3, e2fsprogs the ext4 image of tests/host/direct_io.rs). Adds the bookworm-backports apt source if missing.
 # Does nothing (no apt at all) when everything is already present. Safe with no stdin and CI=true.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh

@@ -183,6 +183,48 @@ impl std::str::FromStr for BranchList {
     }
 }
 
+/// Why the fstab form's first positional argument is not a branch list.
+#[derive(Debug, thiserror::Error)]
+pub enum NotBranches {
+    /// An entry without a `/`: a mistyped command rather than a path.
+    #[error("neither a command nor a branch list (BRANCHES are paths with a '/': /mnt/a:/mnt/b)")]
+    NoSlash,
+    /// An entry that is not a branch.
+    #[error(transparent)]
+    Branch(#[from] crate::union::branch::ParseBranchError),
+}
+
+/// The fstab form's BRANCHES: a `--branches` list whose every entry is a path with a `/`, so
+/// that it is never a command's name (a branch in the current directory is `./NAME`).
+fn fstab_branches(v: &str) -> Result<BranchList, NotBranches> {
+    let list = Branch::parse_list(v)?;
+    match list.iter().all(|b| b.path.to_string_lossy().contains('/')) && !list.is_empty() {
+        true => Ok(BranchList(list)),
+        false => Err(NotBranches::NoSlash),
+    }
+}
+
+/// The fstab form's arguments, as `mergerfs -o OPTIONS BRANCHES MOUNTPOINT`: the top-level
+/// command's positionals (`cli` adds them beside [`Args`], whose options `mount` shares).
+#[derive(Clone, Debug, clap::Args)]
+pub struct FstabArgs {
+    /// The fstab form: mount the union of BRANCHES (a `--branches` list; each entry a path
+    /// with a `/`) on MOUNTPOINT, as `union-virtiofsd mount`, and go to the background once
+    /// it is mounted (unless -f). mount(8) runs it through mount.fuse3 for an fstab line of
+    /// type fuse.union-virtiofsd.
+    #[arg(
+        value_name = "BRANCHES",
+        value_parser = fstab_branches,
+        requires = "fstab_mountpoint",
+        conflicts_with = "branches"
+    )]
+    pub fstab_branches: Option<BranchList>,
+
+    /// The fstab form's mount point.
+    #[arg(value_name = "MOUNTPOINT")]
+    pub fstab_mountpoint: Option<PathBuf>,
+}
+
 /// The command line of union-virtiofsd.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -485,7 +527,9 @@ pub struct Args {
     #[arg(hide_short_help = true, short = 'd')]
     pub debug: bool,
 
-    /// Stay in the foreground (always) [deprecated virtiofsd flag].
+    /// Stay in the foreground: the fstab form (BRANCHES MOUNTPOINT) otherwise goes to the
+    /// background once mounted, as mergerfs does; the daemon and `mount` always stay (also
+    /// virtiofsd's flag).
     #[arg(hide_short_help = true, short = 'f')]
     pub foreground: bool,
 }
@@ -594,11 +638,13 @@ pub enum Command {
     /// Mount the union on the host at MOUNTPOINT through /dev/fuse (as mergerfs does), with
     /// the daemon's branch, `-o` and `--config` options; runs until it is unmounted.
     ///
-    /// Needs root. mergerfs's generic mount options apply: `allow_other` (default as root),
-    /// `default_permissions` (default; `-o kernel-permissions-check=false` turns it off),
-    /// `nonempty`, `fsname=`, `ro`, `noexec`, `noatime`, `suid`, `dev`. `umount MOUNTPOINT`
-    /// (or SIGTERM/SIGINT, which detach it) ends it; a bad command line or mount point is
-    /// one line on stderr and exit status 2.
+    /// Root mounts with mount(2); an ordinary user mounts through fusermount3, as libfuse
+    /// does. mergerfs's generic mount options apply: `allow_other` (default as root; for a
+    /// user only where /etc/fuse.conf has `user_allow_other`), `default_permissions`
+    /// (default; `-o kernel-permissions-check=false` turns it off), `nonempty`, `fsname=`,
+    /// `ro`, `noexec`, `noatime`, `suid`, `dev`. `umount MOUNTPOINT` (`fusermount3 -u` for a
+    /// user's mount; SIGTERM/SIGINT detach it) ends it; a bad command line or mount point, or
+    /// a mount fusermount3 refuses, is one line on stderr and exit status 2.
     Mount(MountArgs),
     /// Print the man page (roff, section 1) on standard output.
     Man,

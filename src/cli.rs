@@ -1,16 +1,19 @@
 //! The command line, parsed once: `union-virtiofsd [OPTIONS]` serves, `union-virtiofsd mount
-//! MOUNTPOINT [OPTIONS]` serves the same options on a host mount, `union-virtiofsd COMMAND …`
-//! runs one of the host's tools (`ctl`, `man`, `completions`) and ends. A bad command line is
-//! one line on stderr and exit status 2. Never exits by itself (`main` does).
+//! MOUNTPOINT [OPTIONS]` serves the same options on a host mount, as does the fstab form
+//! `union-virtiofsd BRANCHES MOUNTPOINT [OPTIONS]` (mergerfs's, which mount.fuse3 runs), and
+//! `union-virtiofsd COMMAND …` runs one of the host's tools (`ctl`, `man`, `completions`) and
+//! ends. A first positional argument that names a command is that command; any other is the
+//! fstab form's BRANCHES, whose entries are paths with a `/`. A bad command line is one line
+//! on stderr and exit status 2. Never exits by itself (`main` does).
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
+use clap::{Args as _, CommandFactory, FromArgMatches};
 
-use crate::args::{Args, Command};
+use crate::args::{Args, Command, FstabArgs};
 
 /// Exit status of a bad command line (as clap's own).
 pub const EXIT_USAGE: u8 = 2;
@@ -25,6 +28,8 @@ pub enum Parsed {
         mountpoint: PathBuf,
         /// The options (no vhost-only one is given).
         args: Box<Args>,
+        /// Whether to go to the background once mounted (the fstab form without -f).
+        background: bool,
     },
     /// Done (help, version, a tool command, or a bad command line): exit with this status.
     Exit(u8),
@@ -51,7 +56,9 @@ pub fn command_for(width: usize) -> clap::Command {
         })
         .collect();
     let mount_help = help.clone();
-    top.after_long_help(help)
+    // The fstab form's positionals: the top level's only.
+    FstabArgs::augment_args(top)
+        .after_long_help(help)
         .mut_subcommand("mount", |m| m.args(options).after_long_help(mount_help))
 }
 
@@ -115,17 +122,38 @@ pub fn parse(argv: Vec<OsString>) -> Parsed {
             return Parsed::Exit(EXIT_USAGE);
         }
     };
+    let fstab = match FstabArgs::from_arg_matches(&matches) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "union-virtiofsd: {}", usage_error(&e));
+            return Parsed::Exit(EXIT_USAGE);
+        }
+    };
     match &args.command {
-        None => Parsed::Serve(Box::new(args)),
+        None => match (fstab.fstab_branches, fstab.fstab_mountpoint) {
+            (Some(branches), Some(mountpoint)) => {
+                if let Some(flag) = vhost_only_given(&matches) {
+                    let _ = writeln!(
+                        io::stderr(),
+                        "{tool}: {flag} is a vhost-user daemon option, not a mount's (see --help)"
+                    );
+                    return Parsed::Exit(EXIT_USAGE);
+                }
+                let mut args = args.clone();
+                args.branches = Some(branches);
+                Parsed::Mount {
+                    mountpoint,
+                    background: !args.foreground,
+                    args: Box::new(args),
+                }
+            }
+            _ => Parsed::Serve(Box::new(args)),
+        },
         Some(Command::Mount(m)) => {
             let Some((_, sub)) = matches.subcommand() else {
                 return Parsed::Exit(EXIT_USAGE);
             };
-            if let Some(id) = VHOST_ONLY
-                .iter()
-                .find(|id| sub.value_source(id) == Some(ValueSource::CommandLine))
-            {
-                let flag = format!("--{}", id.replace('_', "-"));
+            if let Some(flag) = vhost_only_given(sub) {
                 let _ = writeln!(
                     io::stderr(),
                     "{tool}: {flag} is a vhost-user daemon option, not a mount's (see --help)"
@@ -136,6 +164,7 @@ pub fn parse(argv: Vec<OsString>) -> Parsed {
                 Ok(args) => Parsed::Mount {
                     mountpoint: m.mountpoint.clone(),
                     args: Box::new(args),
+                    background: false,
                 },
                 Err(e) => {
                     let _ = writeln!(io::stderr(), "{tool}: {}", usage_error(&e));
@@ -149,6 +178,14 @@ pub fn parse(argv: Vec<OsString>) -> Parsed {
             Parsed::Exit(crate::docs::print(Ok(crate::docs::completions(*shell))))
         }
     }
+}
+
+/// The first vhost-only option given on the command line of `matches`, as its flag.
+fn vhost_only_given(matches: &clap::ArgMatches) -> Option<String> {
+    VHOST_ONLY
+        .iter()
+        .find(|id| matches.value_source(id) == Some(ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
 }
 
 /// clap's message as one line: its first paragraph, without the usage and tips after it,
@@ -167,4 +204,68 @@ pub fn usage_error(e: &clap::Error) -> String {
     let message = words.join(" ");
     let message = message.strip_prefix("error: ").unwrap_or(&message);
     format!("{message} (see --help)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(v: &[&str]) -> Parsed {
+        parse(v.iter().map(OsString::from).collect())
+    }
+
+    /// The mount a command line asks for: mount point, branch count, background.
+    fn mount_of(v: &[&str]) -> (PathBuf, usize, bool) {
+        match parse_all(v) {
+            Parsed::Mount {
+                mountpoint,
+                args,
+                background,
+            } => {
+                let n = args.branches.map(|b| b.0.len()).unwrap_or(0) + args.branch.len();
+                (mountpoint, n, background)
+            }
+            _ => panic!("{v:?} is no mount"),
+        }
+    }
+
+    #[test]
+    fn a_first_path_is_the_fstab_form_and_a_command_name_the_command() {
+        let m = |v: &[&str]| mount_of(v);
+        // mount.fuse3's order and mergerfs's (-o first): to the background.
+        assert_eq!(
+            m(&["u", "/a:/b=RO", "/m", "-o", "category.create=mfs"]),
+            ("/m".into(), 2, true)
+        );
+        assert_eq!(m(&["u", "-o", "rw", "/a", "/m"]), ("/m".into(), 1, true));
+        assert_eq!(m(&["u", "-f", "/a:/b", "/m"]), ("/m".into(), 2, false));
+        // The command wins its name; a branch of that name is written as a path.
+        assert_eq!(
+            m(&["u", "mount", "/m", "--branch", "/a"]),
+            ("/m".into(), 1, false)
+        );
+        assert_eq!(m(&["u", "./mount", "/m"]), ("/m".into(), 1, true));
+        // mergerfs's fstab sources: globs and modes (expanded later, as --branches).
+        assert_eq!(
+            m(&["u", "/mnt/disk*:/ro=RO,1G", "/m"]),
+            ("/m".into(), 2, true)
+        );
+        assert!(matches!(
+            parse_all(&["u", "--socket-path", "/s", "--branch", "/a"]),
+            Parsed::Serve(_)
+        ));
+        for bad in [
+            &["u", "frob"][..],
+            &["u", "/a"],
+            &["u", "/a", "/m", "extra"],
+            &["u", "/a", "/m", "--branches", "/b"],
+            &["u", "/a", "/m", "--socket-path", "/s"],
+            &["u", "mount", "/m", "/a"],
+        ] {
+            assert!(
+                matches!(parse_all(bad), Parsed::Exit(EXIT_USAGE)),
+                "{bad:?} accepted"
+            );
+        }
+    }
 }

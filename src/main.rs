@@ -26,12 +26,18 @@ fn main() -> ExitCode {
             }
         };
     }
+    // The helper that unmounts a fusermount3 mount for a confined daemon: nothing else to do.
+    if let Some(at) = union_virtiofsd::fusedev::unmount_helper_request() {
+        return ExitCode::from(union_virtiofsd::fusedev::unmount_helper(&at));
+    }
     union_virtiofsd::sys::mem::configure();
     let args = match union_virtiofsd::cli::parse(std::env::args_os().collect()) {
         union_virtiofsd::cli::Parsed::Serve(args) => *args,
-        union_virtiofsd::cli::Parsed::Mount { mountpoint, args } => {
-            return mount(mountpoint, &args)
-        }
+        union_virtiofsd::cli::Parsed::Mount {
+            mountpoint,
+            args,
+            background,
+        } => return mount(mountpoint, &args, background),
         union_virtiofsd::cli::Parsed::Exit(status) => return ExitCode::from(status),
     };
     if args.print_capabilities {
@@ -165,10 +171,38 @@ fn main() -> ExitCode {
     }
 }
 
-/// `union-virtiofsd mount`: the union on the host at `mountpoint` until it is unmounted.
-fn mount(mountpoint: std::path::PathBuf, args: &union_virtiofsd::args::Args) -> ExitCode {
+/// `union-virtiofsd mount`: the union on the host at `mountpoint` until it is unmounted. In
+/// the `background` (the fstab form), a daemon started anew serves it, logging to syslog
+/// where there is one, as mergerfs; this process exits once it serves, with its status if
+/// it fails before.
+fn mount(
+    mountpoint: std::path::PathBuf,
+    args: &union_virtiofsd::args::Args,
+    background: bool,
+) -> ExitCode {
+    use union_virtiofsd::fusedev::background;
+    if background && !background::is_child() {
+        return match background::start() {
+            Ok(status) => ExitCode::from(status),
+            Err(e) => {
+                eprintln!("union-virtiofsd: cannot start the daemon in the background: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let ready = match background {
+        true => match background::Ready::new() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("union-virtiofsd: cannot go to the background: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        false => None,
+    };
     let level = union_virtiofsd::config::early_log_level(args);
-    union_virtiofsd::logging::init(level, args.syslog);
+    let (level, syslog) = background::log_to(ready.is_some(), level, args.syslog);
+    union_virtiofsd::logging::init(level, syslog);
     let cfg = match union_virtiofsd::config::mount::MountConfig::new(mountpoint, args) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -176,7 +210,7 @@ fn mount(mountpoint: std::path::PathBuf, args: &union_virtiofsd::args::Args) -> 
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match union_virtiofsd::fusedev::run(cfg) {
+    match union_virtiofsd::fusedev::run(cfg, ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");

@@ -15,7 +15,7 @@ use crate::fs::options::{CacheFiles, PassthroughIo};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOptions {
     /// `allow_other`: users other than the mounter may use the mount (default: when run as
-    /// root, as mergerfs).
+    /// root, as mergerfs; not through fusermount3).
     pub allow_other: bool,
     /// `default_permissions` (mergerfs's `kernel-permissions-check`, default true): the kernel
     /// checks modes before a request is sent.
@@ -76,6 +76,9 @@ pub struct MountConfig {
     pub rlimit_nofile: Option<u64>,
     /// `--config`, re-read on SIGHUP.
     pub config_file: Option<PathBuf>,
+    /// Whether the daemon mounts with mount(2) itself (it has CAP_SYS_ADMIN: root) rather than
+    /// through fusermount3 (an ordinary user).
+    pub privileged: bool,
 }
 
 impl MountConfig {
@@ -93,16 +96,14 @@ impl MountConfig {
         }
         // The daemon must see the host's mount table (it mounts there and serves the host's
         // directories in place); it keeps seccomp and capabilities, plus CAP_SYS_ADMIN to
-        // unmount on SIGTERM.
+        // unmount on SIGTERM when it mounted itself (fusermount3's mounts are unmounted by
+        // fusermount3, through a helper started before the filter).
+        let privileged = crate::sys::fusedev::may_mount();
         shared.confinement.sandbox = SandboxMode::None;
-        shared.confinement.keep_sys_admin = true;
-        shared.confinement.unmount = true;
+        shared.confinement.keep_sys_admin = privileged;
+        shared.confinement.unmount = privileged;
         let readonly = args.readonly || shared.mount_options.iter().any(|(n, _)| n == "ro");
-        let options = mount_options(
-            &shared.mount_options,
-            readonly,
-            rustix::process::geteuid().is_root(),
-        )?;
+        let options = mount_options(&shared.mount_options, readonly, privileged)?;
         shared.notes.retain(|n| !honoured_note(n));
         passthrough_rules(&mut shared);
         Ok(MountConfig {
@@ -112,6 +113,7 @@ impl MountConfig {
             rlimit_nofile: args.rlimit_nofile,
             config_file: args.config.clone(),
             shared,
+            privileged,
         })
     }
 }
@@ -150,7 +152,8 @@ fn honoured_note(note: &str) -> bool {
 }
 
 /// The kernel mount's options from the generic options named (`given`, in order: a later one
-/// wins), for a daemon run as root or not.
+/// wins), for a daemon that mounts itself (root: `allow_other` by default, as mergerfs) or
+/// through fusermount3 (which refuses `allow_other` unless /etc/fuse.conf allows it).
 fn mount_options(
     given: &[(String, String)],
     readonly: bool,

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use clap::{Arg, ArgAction, Command, CommandFactory};
+use clap::{Arg, ArgAction, Args as _, Command, CommandFactory};
 
 use crate::args::Args;
 use crate::config::ignored::{Origin, IGNORED, IGNORED_PREFIXES};
@@ -125,6 +125,16 @@ pub fn options_page() -> String {
          the options above except the vhost-user device's own (`--socket-path`, `--fd`, \
          `--socket-group`, `--tag`, queues, migration, upgrade, sandbox).\n",
         text(mount.get_long_about().or(mount.get_about()))
+    );
+    let fstab = crate::args::FstabArgs::augment_args(Command::new("fstab"));
+    let branches = fstab
+        .get_arguments()
+        .find(|a| a.get_id() == "fstab_branches")
+        .expect("BRANCHES is an argument");
+    let _ = write!(
+        out,
+        "\n`union-virtiofsd BRANCHES MOUNTPOINT [OPTIONS]` (the options of `mount`): {}.\n",
+        text(branches.get_help()).trim_end_matches('.')
     );
 
     out.push_str("\n## Documentation the binary prints\n\n| command | what it does |\n|---|---|\n");

@@ -1,14 +1,18 @@
 //! The host mount (`union-virtiofsd mount MOUNTPOINT`): the union served through /dev/fuse by
 //! the same protocol layer (`fuse/`) as the vhost-user device, as mergerfs serves it. The
-//! start (checks, mount, confinement), the reader threads, and the end: an unmount (exit 0),
-//! or SIGTERM/SIGINT, which detach the mount first. Nothing here knows virtio or the union's
-//! policies.
+//! start (checks, mount by the daemon itself as root or by fusermount3 for an ordinary user,
+//! confinement), the reader threads, and the end: an unmount (exit 0), or SIGTERM/SIGINT,
+//! which detach the mount first. Nothing here knows virtio or the union's policies.
 
+pub mod background;
 mod backing;
+mod buffer;
+mod fusermount;
 mod mountpoint;
 mod reader;
 mod session;
 mod transport;
+mod unmount;
 
 use std::io;
 use std::path::PathBuf;
@@ -22,6 +26,7 @@ use crate::config::mount::MountConfig;
 use crate::fs::UnionFs;
 use crate::fuse::Server;
 pub use transport::Device;
+pub use unmount::{helper as unmount_helper, helper_request as unmount_helper_request};
 
 /// Why a host mount did not start or ended in error.
 #[derive(Debug, thiserror::Error)]
@@ -40,9 +45,14 @@ pub enum Error {
         /// Why.
         source: io::Error,
     },
-    /// Not root: unprivileged mounts (through fusermount3) are not supported.
-    #[error("mounting needs root (unprivileged mounts through fusermount3 are not supported yet)")]
-    NotRoot,
+    /// fusermount3 (an ordinary user's mount) cannot be run or refused the mount.
+    #[error("{}: {why}", fusermount_said(path))]
+    Fusermount {
+        /// The mount point.
+        path: PathBuf,
+        /// fusermount3's message, or why it could not be run.
+        why: String,
+    },
     /// The branches cannot be served.
     #[error(transparent)]
     Fs(#[from] crate::fs::Error),
@@ -93,11 +103,16 @@ impl Error {
             self,
             Error::Mountpoint { .. }
                 | Error::DeviceAccess { .. }
-                | Error::NotRoot
+                | Error::Fusermount { .. }
                 | Error::Fs(_)
                 | Error::CtlSocket(_)
         )
     }
+}
+
+/// The start of a fusermount3 error's line.
+fn fusermount_said(path: &std::path::Path) -> String {
+    format!("{} cannot mount on {}", fusermount::PROGRAM, path.display())
 }
 
 /// How the mount ended.
@@ -126,8 +141,9 @@ fn start(what: &'static str) -> impl FnOnce(io::Error) -> Error {
 }
 
 /// Mounts the union `cfg` describes and serves it until it is unmounted or a SIGTERM/SIGINT
-/// arrives (both Ok). Errors before the mount leave nothing mounted.
-pub fn run(cfg: MountConfig) -> Result<(), Error> {
+/// arrives (both Ok). Errors before the mount leave nothing mounted. A background daemon
+/// (`ready`) says when its readers serve the mount, and leaves its working directory first.
+pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Error> {
     let o = &cfg.options;
     mountpoint::check(&cfg.mountpoint, o.nonempty)?;
     // Resolved now, before the mount makes looking it up a request to this daemon.
@@ -135,17 +151,15 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
         path: cfg.mountpoint.clone(),
         why: e.to_string(),
     })?;
-    let device = session::Device::open()?;
-    if !rustix::process::geteuid().is_root() {
-        return Err(Error::NotRoot);
-    }
+    let mounter = session::Mounter::new(cfg.privileged)?;
     let shared = cfg.shared;
     let fs = Arc::new(UnionFs::new(shared.fs)?);
     fs.kernel_checks_permissions(o.default_permissions);
     for note in &shared.notes {
         warn!("{note}");
     }
-    info!("{}", crate::sys::limits::set_nofile(cfg.rlimit_nofile)?);
+    // Said once mounted: a refusal by fusermount3 is the only line of a start that failed.
+    let nofile = crate::sys::limits::set_nofile(cfg.rlimit_nofile)?;
     let mut reload = crate::ctl::reload::Reload::open(cfg.config_file.as_deref())
         .map_err(start("open the directory of --config"))?;
     let ctl = match &shared.ctl_socket {
@@ -157,7 +171,9 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
     // Caught before the mount exists: a SIGTERM from then on detaches it (one that came
     // between mount(2) and a handler would kill the daemon and leave a dead mount).
     let signals = Signals::new([SIGTERM, SIGINT]).map_err(start("catch SIGTERM"))?;
-    let mounted = device.mount(&at, o, max_read)?;
+    let mounted = mounter.mount(&at, o, max_read)?;
+    let unmounter = mounted.unmounter();
+    info!("{nofile}");
     // From here on a failure unmounts what it mounted.
     let ctl_path = ctl.as_ref().and(shared.ctl_socket.clone());
     let _remove_ctl = RemoveOnDrop(ctl_path);
@@ -165,6 +181,9 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
         let readers = shared.thread_pool_size.max(2);
         let fds = mounted.clones(readers - 1)?;
         reload.catch().map_err(start("catch SIGHUP"))?;
+        if let Some(r) = &ready {
+            r.leave_cwd().map_err(start("change directory to /"))?;
+        }
         crate::confine::drop_caps(&shared.confinement).map_err(start("drop capabilities"))?;
         crate::confine::filter(&shared.confinement).map_err(start("install the seccomp filter"))?;
         Ok::<_, Error>((fds, signals))
@@ -215,18 +234,23 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             })
             .map_err(start("start a reader thread"))?;
     }
-    let detach = at.clone();
+    let detach = unmounter.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                if let Err(e) = crate::sys::fusedev::unmount(&detach, true) {
-                    warn!("cannot unmount {}: {e}", detach.display());
+                if let Err(e) = detach.detach() {
+                    warn!("cannot unmount: {e}");
                 }
                 let _ = tx.send(Ended::Signal(sig));
             }
         })
         .map_err(start("start the signal thread"))?;
+    if let Some(r) = ready {
+        if let Err(e) = r.serving() {
+            warn!("cannot tell the starting process the mount is served: {e}");
+        }
+    }
     match ended.recv() {
         Ok(Ended::Unmounted) | Err(_) => {
             info!("{} unmounted", at.display());
@@ -237,7 +261,7 @@ pub fn run(cfg: MountConfig) -> Result<(), Error> {
             Ok(())
         }
         Ok(Ended::Failed(source)) => {
-            let _ = crate::sys::fusedev::unmount(&at, true);
+            let _ = unmounter.detach();
             Err(Error::Device { source })
         }
     }

@@ -9,6 +9,7 @@ use fuse_backend_rs::abi::fuse_abi::InHeader;
 use log::{debug, warn};
 use vm_memory::VolatileSlice;
 
+use super::buffer::{Aligned, READ_DATA, WRITE_DATA};
 use super::transport::Device;
 use crate::fuse::{Cursor, ServedFs, Server};
 use crate::sys::fusedev::{read_request, write_reply};
@@ -16,10 +17,12 @@ use crate::sys::fusedev::{read_request, write_reply};
 /// Serves requests read from `fd` until the connection ends (the mount is gone): Ok then,
 /// an error if the device fails otherwise.
 pub fn serve<F: ServedFs>(server: &Server<F>, fd: &OwnedFd, device: Device) -> io::Result<()> {
-    let mut request = vec![0u8; device.request_buffer()];
-    let mut reply = vec![0u8; device.reply_buffer()];
+    // A WRITE's payload and a READ's data on a page boundary: O_DIRECT branch files take them.
+    let mut request = Aligned::new(device.request_buffer(), WRITE_DATA, device.page_size);
+    let mut reply = Aligned::new(device.reply_buffer(), READ_DATA, device.page_size);
+    let (request, reply) = (request.as_mut_slice(), reply.as_mut_slice());
     loop {
-        let n = match read_request(fd.as_fd(), &mut request) {
+        let n = match read_request(fd.as_fd(), request) {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {
                 // ENOENT: the request was interrupted before it was read.

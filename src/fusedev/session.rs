@@ -1,33 +1,47 @@
-//! The mount itself: /dev/fuse opened, the FUSE filesystem mounted on the mount point with
-//! that descriptor, one more descriptor of the connection per extra reader thread, and the
-//! lazy unmount SIGTERM asks for. Serves no request.
+//! The mount itself: made with mount(2) on an open /dev/fuse when the daemon may
+//! (CAP_SYS_ADMIN), else by fusermount3; one more descriptor of the connection per extra
+//! reader thread; and the lazy unmount SIGTERM asks for, by the same means. Serves no request.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
-use super::{mountpoint, Error};
+use super::unmount::Unmounter;
+use super::{fusermount, mountpoint, Error};
 use crate::config::mount::MountOptions;
 use crate::sys::fusedev::{self, MountFlags};
 
-/// An open /dev/fuse, before it is mounted.
-pub struct Device(OwnedFd);
+/// How the mount is to be made.
+pub enum Mounter {
+    /// mount(2) through this open /dev/fuse.
+    Direct(OwnedFd),
+    /// fusermount3 mounts and hands over the connection.
+    Fusermount,
+}
 
-impl Device {
-    /// Opens /dev/fuse (bad input when the daemon may not: no device, no access).
-    pub fn open() -> Result<Self, Error> {
+impl Mounter {
+    /// The daemon's own mount(2) when `privileged` (opening /dev/fuse now: bad input when it
+    /// cannot), else fusermount3's.
+    pub fn new(privileged: bool) -> Result<Self, Error> {
+        if !privileged {
+            return Ok(Mounter::Fusermount);
+        }
         fusedev::open_device()
-            .map(Device)
+            .map(Mounter::Direct)
             .map_err(|source| Error::DeviceAccess { source })
     }
 
-    /// Mounts the union served through this device on `at`, with `o`, READs of at most
-    /// `max_read` bytes.
+    /// Mounts the union on `at`, with `o`, READs of at most `max_read` bytes.
     pub fn mount(self, at: &Path, o: &MountOptions, max_read: usize) -> Result<Mounted, Error> {
+        let device = match self {
+            Mounter::Direct(device) => device,
+            Mounter::Fusermount => return by_fusermount(at, o, max_read),
+        };
         let uid = rustix::process::geteuid().as_raw();
         let gid = rustix::process::getegid().as_raw();
         let options = mountpoint::kernel_options(o, uid, gid, max_read);
         fusedev::mount(
-            self.0.as_fd(),
+            device.as_fd(),
             at,
             &o.fsname,
             &o.subtype,
@@ -39,9 +53,32 @@ impl Device {
             source,
         })?;
         Ok(Mounted {
-            fd: self.0,
-            at: at.to_owned(),
+            fd: device,
+            unmounter: Arc::new(Unmounter::Direct(at.to_owned())),
         })
+    }
+}
+
+/// The mount fusermount3 makes, with the helper that will unmount it started before the
+/// daemon confines itself.
+fn by_fusermount(at: &Path, o: &MountOptions, max_read: usize) -> Result<Mounted, Error> {
+    let fd = fusermount::mount(at, o, max_read)?;
+    match Unmounter::helper(at) {
+        Ok(u) => Ok(Mounted {
+            fd,
+            unmounter: Arc::new(u),
+        }),
+        Err(e) => {
+            // Not confined yet: fusermount3 still works from here.
+            let _ = std::process::Command::new(fusermount::PROGRAM)
+                .args(["-u", "-z", "--"])
+                .arg(at)
+                .status();
+            Err(Error::Start {
+                what: "start the unmount helper",
+                source: e,
+            })
+        }
     }
 }
 
@@ -61,10 +98,10 @@ fn flags(o: &MountOptions) -> MountFlags {
     f
 }
 
-/// A mounted union: the connection's first descriptor and where it is mounted.
+/// A mounted union: the connection's first descriptor and how to detach it.
 pub struct Mounted {
     fd: OwnedFd,
-    at: PathBuf,
+    unmounter: Arc<Unmounter>,
 }
 
 impl Mounted {
@@ -75,6 +112,11 @@ impl Mounted {
                 fusedev::clone_device(self.fd.as_fd()).map_err(|source| Error::Clone { source })
             })
             .collect()
+    }
+
+    /// What detaches the mount (for the signal thread).
+    pub fn unmounter(&self) -> Arc<Unmounter> {
+        self.unmounter.clone()
     }
 
     /// Another descriptor of the connection's first open (for its backing-file ioctls).
@@ -89,8 +131,8 @@ impl Mounted {
 
     /// Unmounts it (a start that failed after the mount).
     pub fn unmount(&self) {
-        if let Err(e) = fusedev::unmount(&self.at, true) {
-            log::warn!("cannot unmount {}: {e}", self.at.display());
+        if let Err(e) = self.unmounter.detach() {
+            log::warn!("cannot unmount: {e}");
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The kernel's FUSE device and FUSE mounts: opening /dev/fuse, cloning a session's device
-//! descriptor for another reader thread, mounting and unmounting, registering branch files
+//! descriptor for another reader thread, mounting and unmounting, the socket pair through
+//! which fusermount3 hands over the descriptor of a mount it made, registering branch files
 //! for FUSE passthrough. Safe wrappers only; nothing here reads a request or knows the union.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 pub use rustix::mount::MountFlags;
@@ -130,6 +132,57 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     rustix::mount::unmount(mountpoint, flags).map_err(io::Error::from)
 }
 
+/// Whether this process may mount(2) a FUSE filesystem itself: CAP_SYS_ADMIN in its effective
+/// set (root, or a user namespace's root in a mount namespace it owns). Otherwise fusermount3
+/// mounts for it.
+pub fn may_mount() -> bool {
+    caps::has_cap(
+        None,
+        caps::CapSet::Effective,
+        caps::Capability::CAP_SYS_ADMIN,
+    )
+    .unwrap_or(false)
+}
+
+/// A connected pair of unix stream sockets for fusermount3 (libfuse's `_FUSE_COMMFD`): this
+/// process's end (close-on-exec) and the end a child inherits (not close-on-exec: spawn the
+/// child before another thread can start a program, and close it here once it has).
+pub fn comm_pair() -> io::Result<(UnixStream, OwnedFd)> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())?;
+    Ok((UnixStream::from(ours), theirs))
+}
+
+/// The descriptor fusermount3 sent on `sock` (one byte carrying it, SCM_RIGHTS, as libfuse's
+/// `receive_fd`), or `None` when it closed its end without sending one.
+pub fn receive_device(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let fds = crate::sys::uds::recv_exact_with_fds(sock, &mut byte)?;
+    Ok(fds.and_then(|v| v.into_iter().next()))
+}
+
+/// Points standard input, output and error at `null` (/dev/null opened before: a daemon gone
+/// to the background lets go of the terminal or pipe of whoever started it). dup3, not dup2:
+/// the seccomp filter allows only dup3.
+pub fn detach_stdio(null: &OwnedFd) -> io::Result<()> {
+    for target in 0..3 {
+        // SAFETY: dup3 takes two descriptor numbers and flags and touches no memory; `null` is
+        // open for the call, and replacing descriptors 0-2 closes nothing this process owns
+        // through an OwnedFd (std's handles to them borrow the numbers).
+        let r = unsafe { libc::dup3(null.as_raw_fd(), target, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// The kernel's ceiling on `max_pages` for FUSE mounts (`fs.fuse.max_pages_limit`, Linux 6.13;
 /// 256 before it was a setting).
 pub fn max_pages_limit() -> u32 {
@@ -151,6 +204,27 @@ pub fn write_reply(fd: BorrowedFd<'_>, reply: &[u8]) -> io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_descriptor_sent_on_the_comm_pair_arrives() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        let (ours, theirs) = super::comm_pair().unwrap();
+        let flags = rustix::io::fcntl_getfd(&theirs).unwrap();
+        assert!(!flags.contains(rustix::io::FdFlags::CLOEXEC));
+        let theirs = std::os::unix::net::UnixStream::from(theirs);
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        crate::sys::uds::send_with_fds(&theirs, &[0], &[w.as_fd()]).unwrap();
+        let got = super::receive_device(&ours).unwrap().expect("a descriptor");
+        std::fs::File::from(got).write_all(b"x").unwrap();
+        drop(w.flush());
+        drop(w);
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+        drop(theirs);
+        assert!(super::receive_device(&ours).unwrap().is_none());
+    }
+
     #[test]
     fn the_clone_ioctl_is_ior_229_0_u32() {
         // _IOR(229, 0, uint32_t) as <linux/fuse.h> spells it, for the host's ioctl encoding.

@@ -143,7 +143,11 @@ fn bad_input_exits_2_with_one_line_and_leaves_everything_as_it_was() {
     let rows = vec![
         // The command line's shape (clap).
         bad(&["--bogus-flag"], "unexpected argument '--bogus-flag'"),
-        row(&["frob"], "unrecognized subcommand 'frob'"),
+        // Not a command, and no path: not the fstab form's BRANCHES either.
+        row(
+            &["frob"],
+            "invalid value 'frob' for '[BRANCHES]': neither a command nor a branch list",
+        ),
         bad(
             &["--max-pages", "abc"],
             "invalid value 'abc' for '--max-pages",

@@ -40,6 +40,29 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
     }
 }
 
+/// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER), so
+/// that a daemon which went to the background (its starter exited) can be waited for with
+/// [`wait_adopted`]. For the rest of the process's life; other tests' children are unaffected.
+pub fn adopt_orphans() {
+    let me = rustix::process::getpid();
+    rustix::process::set_child_subreaper(Some(me)).expect("PR_SET_CHILD_SUBREAPER");
+}
+
+/// Waits (bounded) for `pid`, a child or an adopted orphan ([`adopt_orphans`]), to exit; its
+/// exit code (-1 if a signal ended it).
+pub fn wait_adopted(pid: u32, limit: Duration) -> i32 {
+    use rustix::process::{waitpid, Pid, WaitOptions};
+    let pid = Pid::from_raw(pid as i32).expect("a pid");
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some((_, st)) = waitpid(Some(pid), WaitOptions::NOHANG).expect("waitpid") {
+            return st.exit_status().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "process {pid:?} did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits (bounded) for the daemon to create `sock`. Never connects: a connection would be
 /// taken as the frontend, and its disconnect would end the daemon by itself.
 pub fn wait_socket(sock: &Path) {

@@ -1,5 +1,6 @@
 //! The ordinary user the host set-up makes for tests of an unprivileged daemon
-//! (scripts/install-deps.sh: system user `uvfs-test` with 65536 subordinate uids and gids).
+//! and of a user's host mount (scripts/install-deps.sh: system user `uvfs-test` with 65536
+//! subordinate uids and gids).
 //! Looks it up; never creates it.
 
 /// `uvfs-test`'s ids and the first of its subordinate ranges.
