@@ -39,14 +39,17 @@ pub struct Helper {
 impl Unmounter {
     /// Starts the helper for a mount fusermount3 made on `at` (before confinement).
     pub fn helper(at: &Path) -> io::Result<Unmounter> {
-        let mut child = Command::new("/proc/self/exe")
-            .arg0("union-virtiofsd (unmount helper)")
-            .env(HELPER_ENV, at)
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
+        let mut cmd = Command::new("/proc/self/exe");
+        // Ignored from the start (a handler of its own comes only once it runs).
+        let mut child =
+            crate::sys::spawn::ignoring(&mut cmd, &[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+                .arg0("union-virtiofsd (unmount helper)")
+                .env(HELPER_ENV, at)
+                .process_group(0)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(io::Error::other("the helper's pipes are missing"));
         };

@@ -15,5 +15,6 @@ pub mod lock;
 pub mod mem;
 pub mod sandbox;
 pub mod seccomp;
+pub mod spawn;
 pub mod thread;
 pub mod uds;
