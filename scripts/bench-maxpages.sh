@@ -39,6 +39,8 @@
 #   aio4-read-1m, aio4-write-1m
 #                    the same with --ioengine=libaio --iodepth=4 --bs=1m (io_uring if the
 #                    guest's fio lacked libaio; the INFO line says which)
+#   aio1-read-1m     the same at --iodepth=1 (issue 47's row: one 1 MiB READ in flight at a
+#                    time at 256 pages, eight 128 KiB ones at once at 32)
 #   cold-read-ra-default, cold-read-ra-4096
 #                    dd if=FILE of=/dev/null bs=1M with the share's read_ahead_kb as mounted
 #                    (/sys/class/bdi/MAJ:MIN/read_ahead_kb, the device from /proc/self/mountinfo)
@@ -72,7 +74,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/lib.sh
 
-all_workloads="psync-read-1m psync-read-4m psync-write-1m psync-write-4m aio4-read-1m aio4-write-1m cold-read-ra-default cold-read-ra-4096 dd-write dd-write-wb cp cat-cold never-read-1m never-read-4m never-write-1m"
+all_workloads="psync-read-1m psync-read-4m psync-write-1m psync-write-4m aio1-read-1m aio4-read-1m aio4-write-1m cold-read-ra-default cold-read-ra-4096 dd-write dd-write-wb cp cat-cold never-read-1m never-read-4m never-write-1m"
 all_settings="k6-32 k6-256 k7-32 k7-256 k7-1020"
 # Also accepted by --settings (not run by default): other page counts, for the defaults.
 extra_settings="k6-64 k6-128 k7-64 k7-128 k7-512"
@@ -240,6 +242,7 @@ for w in $WORKLOADS; do
     psync-read-4m) fio_wl $w read 4m psync 1 ;;
     psync-write-1m) fio_wl $w write 1m psync 1 ;;
     psync-write-4m) fio_wl $w write 4m psync 1 ;;
+    aio1-read-1m) fio_wl $w read 1m $engine 1 ;;
     aio4-read-1m) fio_wl $w read 1m $engine 4 ;;
     aio4-write-1m) fio_wl $w write 1m $engine 4 ;;
     cold-read-ra-default) timed $w $size read_dd ;;
