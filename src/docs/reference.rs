@@ -25,7 +25,7 @@ pub fn options_page() -> String {
     let _ = write!(
         out,
         "# Option reference\n\n\
-         <!-- Generated from src/args.rs, src/config/registry.rs and src/config/ignored.rs \
+         <!-- Generated from src/args/, src/config/registry.rs and src/config/ignored.rs \
          by `{REGENERATE}`; do not edit by hand (a unit test compares this file with the \
          code). -->\n\n\
          Every option the daemon takes, generated from its definitions: the same text as \
