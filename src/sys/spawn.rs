@@ -26,19 +26,39 @@ pub fn ignoring<'c>(cmd: &'c mut Command, signals: &'static [i32]) -> &'c mut Co
 mod tests {
     use super::*;
 
+    /// The ignored-signal mask of a `sh` started by `cmd` (or of this process, `None`).
+    fn ignored_mask(cmd: Option<&mut Command>) -> u64 {
+        let text = match cmd {
+            Some(c) => String::from_utf8(c.output().unwrap().stdout).unwrap(),
+            None => std::fs::read_to_string("/proc/self/status").unwrap(),
+        };
+        let line = text.lines().find(|l| l.starts_with("SigIgn:")).unwrap();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    }
+
     #[test]
     fn the_child_starts_with_the_signals_ignored() {
-        let out = ignoring(
-            Command::new("sh").args(["-c", "grep SigIgn /proc/self/status"]),
-            &[libc::SIGTERM, libc::SIGHUP],
-        )
-        .output()
-        .unwrap();
-        let line = String::from_utf8(out.stdout).unwrap();
-        let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
-        for sig in [libc::SIGTERM, libc::SIGHUP] {
-            assert_ne!(mask & (1 << (sig - 1)), 0, "{sig} ignored: {line}");
-        }
-        assert_eq!(mask & (1 << (libc::SIGINT - 1)), 0, "SIGINT not: {line}");
+        // SIGUSR1 and SIGUSR2: a shell or nohup the tests run under may ignore SIGINT,
+        // SIGHUP or SIGTERM already, and a child inherits that either way.
+        let bit = |sig: i32| 1u64 << (sig - 1);
+        let sh = || {
+            let mut c = Command::new("sh");
+            c.args(["-c", "grep SigIgn /proc/self/status"]);
+            c
+        };
+        let ours = ignored_mask(None);
+        let with = ignored_mask(Some(ignoring(&mut sh(), &[libc::SIGUSR1])));
+        let without = ignored_mask(Some(&mut sh()));
+        assert_ne!(with & bit(libc::SIGUSR1), 0, "SIGUSR1 ignored: {with:#x}");
+        assert_eq!(
+            without & bit(libc::SIGUSR1),
+            ours & bit(libc::SIGUSR1),
+            "without it, as this process"
+        );
+        assert_eq!(
+            with & bit(libc::SIGUSR2),
+            ours & bit(libc::SIGUSR2),
+            "only the signals named: {with:#x}"
+        );
     }
 }
