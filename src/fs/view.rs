@@ -22,6 +22,14 @@ pub struct View {
     pub(crate) opts: UnionOptions,
 }
 
+impl View {
+    /// Whether the guest keeps every directory's listing across opens (FOPEN_CACHE_DIR and
+    /// FOPEN_KEEP_CACHE on every OPENDIR): `cache.readdir`, or only static branches.
+    pub(crate) fn keeps_every_listing(&self) -> bool {
+        self.opts.cache_readdir || self.branches.all_static()
+    }
+}
+
 /// The view requests see now, replaced whole by a change (one change at a time).
 pub(crate) struct Views {
     current: arc_swap::ArcSwap<View>,

@@ -39,8 +39,7 @@ pub fn opendir(fs: &Call<'_>, inode: u64) -> io::Result<(Option<u64>, OpenOption
     // As mergerfs's `cache.readdir`: the listing the guest cached stays across opens, until
     // the guest changes the directory itself or sees its mtime change. A directory only
     // static branches hold keeps it regardless.
-    let every_dir_cached = fs.view().opts.cache_readdir || fs.view().branches.all_static();
-    if fs.negotiated.elide_opendir(every_dir_cached) {
+    if fs.negotiated.elide_opendir(fs.view().keeps_every_listing()) {
         return Err(errno(libc::ENOSYS));
     }
     let fh = fs.new_handle(Handle::Dir(DirHandle {

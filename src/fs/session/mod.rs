@@ -285,8 +285,7 @@ impl Sessions for UnionFs {
     /// build's daemons serve such reads whatever they were told), so where it may have been:
     /// wherever the options let every directory's listing stay cached.
     fn needs_after_v1(&self) -> Option<&'static str> {
-        let view = self.now();
-        let cached = view.opts.cache_readdir || view.branches.all_static();
+        let cached = self.now().keeps_every_listing();
         (self.negotiated.opendir_elided() || (cached && self.negotiated.handleless_readdir()))
             .then_some("a guest that opens directories without OPENDIR (cache.readdir=true)")
     }
