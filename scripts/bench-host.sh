@@ -10,8 +10,9 @@
 # order; the table gives the median MiB/s of the rounds with their range, and the daemon's
 # CPU seconds (user + system, /proc/PID/stat) per GiB moved.
 #
-#   scripts/bench-host.sh [--quick] [--rounds N] [--bin PATH] [--out DIR]
+#   scripts/bench-host.sh [--quick] [--rounds N] [--bin PATH] [--out DIR] [--table-only]
 #
+# --table-only: no runs, the table again from DIR/results.txt.
 # --quick: 2 rounds of 8 to 128 MiB per dd (under a minute); the default, 5 rounds of 64 MiB
 # (4 KiB blocks) to 1 GiB, takes about 3 to 5 minutes on 2 cores. --bin: the daemon to run (default: a release build of this tree).
 # Prints a Markdown table to stdout and to DIR/bench-host.md. Needs root. Not a test.
@@ -21,18 +22,21 @@ root=$PWD
 . scripts/lib.sh
 
 out="$root/.cache/bench-host"
-rounds=5 quick=0 bin=""
+rounds=5 quick=0 bin="" table_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1; rounds=2; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --table-only) table_only=1; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
     esac
 done
-[ "$(id -u)" = 0 ] || die "needs root (mounts)"
 mkdir -p "$out"
+results="$out/results.txt"
+if [ "$table_only" = 0 ]; then
+[ "$(id -u)" = 0 ] || die "needs root (mounts)"
 if [ -z "$bin" ]; then
     cargo build -q --release --bin union-virtiofsd >&2
     bin="$(cargo_out release)/union-virtiofsd"
@@ -97,16 +101,20 @@ umount_setup() {
     daemon_pid=""
 }
 
-# dd_run OP BS MIB DIR BRANCH: one dd, writing or reading DIR/f; prints "MiB/s CPU-seconds".
-# On the disk branch O_DIRECT does not go through mergerfs 2.33 (the kernel sends the daemon
-# O_DIRECT, and the daemon's unaligned buffers ext4 refuses, EINVAL; ours places them on a
-# page, tests/host/direct_io.rs), so there every side runs the guide's own dd lines: writes
-# with oflag=nocache conv=fdatasync, reads with iflag=nocache after the branch file's page
-# cache is dropped (dd count=0 oflag=nocache on it).
+# dd_run OP BS MIB DIR KIND BRANCH: one dd, writing or reading DIR/f; prints "MiB/s
+# CPU-seconds". On the disk branch O_DIRECT does not go through mergerfs 2.33 (the kernel
+# sends the daemon O_DIRECT, and the daemon's unaligned buffers ext4 refuses, EINVAL; ours
+# places them on a page, tests/host/direct_io.rs), so there (kind disk) every side runs the
+# guide's own dd lines: writes with oflag=nocache conv=fdatasync, reads with iflag=nocache
+# after the branch file's page cache is dropped (dd count=0 oflag=nocache on it). Passthrough
+# differs there: its nocache is posix_fadvise(DONTNEED) on the FUSE file, which FUSE does not
+# pass to the backing file (no such request, and passthrough forwards no fadvise), so the
+# writes stay dirty until the fdatasync where natively each block's writeback starts at once.
+# Kind disk-direct runs the same branch with O_DIRECT, the same on every side (no mergerfs).
 dd_run() {
-    local op=$1 bs=$2 mib=$3 dir=$4 branch=$5 count c0 c1 line wflag=oflag=direct rflag=iflag=direct
+    local op=$1 bs=$2 mib=$3 dir=$4 kind=$5 branch=$6 count c0 c1 line wflag=oflag=direct rflag=iflag=direct
     count=$(( mib * 1048576 / $(numfmt --from=iec "${bs^^}") ))
-    if [ "$branch" = "$disk_dir" ]; then
+    if [ "$kind" = disk ]; then
         wflag=oflag=nocache rflag=iflag=nocache
         [ "$op" = read ] && dd of="$branch/f" oflag=nocache conv=notrunc,fdatasync count=0 status=none
     fi
@@ -121,21 +129,22 @@ dd_run() {
         n = split(l, f, " "); printf "%.0f %.3f\n", f[1] / f[n - 3] / 1048576, c1 - c0 }'
 }
 
-# Setups per branch kind: nullrw has no native run and no passthrough (nullrw turns it off).
+# Setups per branch kind: nullrw has no native run and no passthrough (nullrw turns it off);
+# disk-direct no mergerfs (2.33 cannot pass O_DIRECT onto ext4, see dd_run).
 setups_of() {
     case "$1" in
     nullrw) echo mergerfs ours-off ;;
+    disk-direct) echo native ours-off ours-pt ;;
     *) echo native mergerfs ours-off ours-pt ;;
     esac
 }
 
-results="$out/results.txt"
 : >"$results"
 start=$(date +%s)
 for round in $(seq "$rounds"); do
-    for kind in nullrw tmpfs disk; do
+    for kind in nullrw tmpfs disk disk-direct; do
         branch=$tmpfs_dir nullrw=false
-        [ "$kind" = disk ] && branch=$disk_dir
+        [ "$kind" = disk ] || [ "$kind" = disk-direct ] && branch=$disk_dir
         [ "$kind" = nullrw ] && nullrw=true
         read -ra setups <<<"$(setups_of "$kind")"
         if [ $((round % 2)) -eq 0 ]; then
@@ -152,8 +161,8 @@ for round in $(seq "$rounds"); do
             for s in "${sizes[@]}"; do
                 read -r bs mib <<<"$s"
                 for op in write read; do
-                    read -r rate cpu <<<"$(dd_run "$op" "$bs" "$mib" "$dir" "$branch")"
-                    echo "$kind $bs $op $who $rate $cpu $mib" >>"$results"
+                    read -r rate cpu <<<"$(dd_run "$op" "$bs" "$mib" "$dir" "$kind" "$branch")"
+                    echo "$kind $bs $op $who $rate $cpu $mib $round" >>"$results"
                 done
             done
             rm -f "$dir/f"
@@ -162,12 +171,14 @@ for round in $(seq "$rounds"); do
     done
 done
 log "done in $(( $(date +%s) - start )) s"
+fi
 
-# The table: per (branch, bs, op), each setup's median MiB/s [min-max] and, for the
-# daemons, CPU s/GiB (median).
+# The table: per (branch, bs, op), each setup's median MiB/s [min-max], passthrough against
+# native (the median of each round's ratio: both ran in the same round, minutes apart at
+# most) and, for the daemons, CPU s/GiB (median).
 {
-    echo "| branch | bs | op | native MiB/s | mergerfs 2.33 MiB/s | ours MiB/s | ours passthrough MiB/s | CPU s/GiB mergerfs / ours / ours passthrough |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| branch | bs | op | native MiB/s | mergerfs 2.33 MiB/s | ours MiB/s | ours passthrough MiB/s | passthrough / native | CPU s/GiB mergerfs / ours / ours passthrough |"
+    echo "|---|---|---|---|---|---|---|---|---|"
     awk '
     function median(list,   n, a, i, j, t) {
         n = split(list, a, " ")
@@ -181,17 +192,25 @@ log "done in $(( $(date +%s) - start )) s"
     }
     function cell(k, w) { return (k SUBSEP w) in rate ? sprintf("%d [%s]", median(rate[k, w]), range(rate[k, w])) : "—" }
     function cpu(k, w) { return (k SUBSEP w) in per ? sprintf("%.2f", median(per[k, w])) : "—" }
+    function ratio(k,   r, list) {
+        for (r = 1; r <= rounds[k]; r++)
+            if (((k, "native", r) in at) && ((k, "ours-pt", r) in at) && at[k, "native", r] > 0)
+                list = list " " sprintf("%.2f", at[k, "ours-pt", r] / at[k, "native", r])
+        return list == "" ? "—" : sprintf("%.2fx [%s]", median(list), range(list))
+    }
     {
         k = $1 " | " $2 " | " $3
         rate[k, $4] = rate[k, $4] " " $5
+        at[k, $4, $8] = $5
+        if ($8 > rounds[k]) rounds[k] = $8
         if ($4 != "native") per[k, $4] = per[k, $4] " " ($6 * 1024 / $7)
         if (!(k in seen)) { seen[k] = 1; order[++n] = k }
     }
     END {
         for (i = 1; i <= n; i++) {
             k = order[i]
-            printf "| %s | %s | %s | %s | %s | %s / %s / %s |\n", k, cell(k, "native"), cell(k, "mergerfs"),
-                cell(k, "ours-off"), cell(k, "ours-pt"), cpu(k, "mergerfs"), cpu(k, "ours-off"), cpu(k, "ours-pt")
+            printf "| %s | %s | %s | %s | %s | %s | %s / %s / %s |\n", k, cell(k, "native"), cell(k, "mergerfs"),
+                cell(k, "ours-off"), cell(k, "ours-pt"), ratio(k), cpu(k, "mergerfs"), cpu(k, "ours-off"), cpu(k, "ours-pt")
         }
     }' "$results"
 } | tee "$out/bench-host.md"
