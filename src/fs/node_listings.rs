@@ -1,11 +1,17 @@
 //! The listings of directories the guest reads without opening them. Once its kernel stops
 //! sending OPENDIR (FUSE_NO_OPENDIR_SUPPORT, `ops::readdir::opendir`), a READDIR carries no
-//! handle to hold a listing between two pages of it. Each listing built at offset 0 is kept
-//! here under a generation that the offsets handed out with it carry (in their high bits), so
-//! a reader paging through a directory goes on in the listing it started, even when another
-//! reader of the same directory started a newer one meanwhile. At most [`KEPT`] listings are
-//! kept, the oldest dropped first: a reader whose listing was dropped gets a new one, resumed
-//! at the same index. Pure bookkeeping: listings are built by `ops::readdir`.
+//! handle to hold a listing between two pages of it: only the offset of the last entry the
+//! reader has. So the offsets say where a reading stands by the entries' names, not by their
+//! places in one listing: each listing is served in the order of its names' keys (a fixed
+//! hash), an entry's offset is its key, and a reading goes on with the entries whose keys are
+//! above its offset, in whatever listing of the directory is at hand. The latest listing of
+//! each directory is kept (at most [`KEPT`]), so that paging through a directory does not read
+//! it again per page; a reading whose listing was dropped, or a daemon that took over the
+//! session, builds a new one and goes on at the same key. An entry that stays in the
+//! directory while it is read is served exactly once whatever was added or removed meanwhile
+//! (POSIX's promise for `readdir`); by places in a listing, a rebuilt listing of a directory
+//! that lost entries meanwhile (`rm -rf` reading it) would skip as many as it lost. Pure
+//! bookkeeping: listings are built by `ops::readdir`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -16,85 +22,127 @@ use crate::sync::LockRecover;
 /// Listings kept at most (a walk reads one directory at a time per reader).
 pub(crate) const KEPT: usize = 64;
 
-/// Bits of an offset that hold the index after the entry (the low ones).
-const INDEX_BITS: u32 = 32;
+/// The offsets of `.` and `..`, served first.
+const DOT: u64 = 1;
+const DOTDOT: u64 = 2;
 
-/// Generations fit 31 bits: with the index below them, an offset stays a positive `loff_t`
-/// for the guest's `lseek` and `seekdir`.
-const GENERATIONS: u64 = 1 << 31;
+/// Bits of an offset that number the names of one key (names whose hashes agree in their
+/// top 58 bits: up to 16 are told apart).
+const RUN_BITS: u32 = 4;
 
-/// Kept listings by directory node, newest last.
+/// A listing in the order its offsets give, with those offsets.
+pub(crate) struct Keyed {
+    /// The entries, `.` and `..` first, then by key.
+    pub snapshot: DirSnapshot,
+    /// Entry `i`'s offset (strictly increasing).
+    cookies: Vec<u64>,
+}
+
+impl Keyed {
+    /// `snapshot` put in key order.
+    pub(crate) fn new(snapshot: DirSnapshot) -> Keyed {
+        let mut order: Vec<(u64, usize)> = (0..snapshot.len())
+            .filter_map(|i| Some((key(snapshot.get(i)?.name), i)))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            let name = |i| snapshot.get(i).map(|e| e.name);
+            a.0.cmp(&b.0).then_with(|| name(a.1).cmp(&name(b.1)))
+        });
+        let cookies = offsets(order.iter().map(|&(k, _)| k));
+        let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
+        Keyed {
+            snapshot: snapshot.reordered(&order),
+            cookies,
+        }
+    }
+
+    /// The offset handed out with entry `index`: the next READDIR starts after it.
+    pub(crate) fn cookie(&self, index: usize) -> u64 {
+        self.cookies[index]
+    }
+
+    /// The index of the first entry after `offset` (an offset from [`Keyed::cookie`] of any
+    /// listing of the same directory, or 0 for the start).
+    pub(crate) fn index_after(&self, offset: u64) -> usize {
+        self.cookies.partition_point(|&c| c <= offset)
+    }
+}
+
+/// The offsets of entries whose keys come in ascending order: each key, with its place among
+/// the equal keys before it in the [`RUN_BITS`] (the 16th and later of one key share one).
+fn offsets(sorted_keys: impl Iterator<Item = u64>) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(sorted_keys.size_hint().0);
+    let mut run = 0;
+    let mut last = None;
+    for k in sorted_keys {
+        run = match last {
+            Some(l) if l == k => (run + 1).min((1 << RUN_BITS) - 1),
+            _ => 0,
+        };
+        last = Some(k);
+        out.push(k | run);
+    }
+    out
+}
+
+/// An entry's key: `.` and `..` first, then the top 58 bits of the name's 64-bit FNV-1a
+/// hash plus one, above [`RUN_BITS`] zero bits for names with the same key. The function is fixed
+/// here (not std's hasher, which may change between Rust releases): a daemon that takes over
+/// a session reads the offsets the previous one gave.
+fn key(name: &[u8]) -> u64 {
+    match name {
+        b"." => DOT,
+        b".." => DOTDOT,
+        _ => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for &b in name {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            // 58 bits plus one (past DOTDOT), shifted over the run bits: at most 2^62 + 15
+            // with them, a positive loff_t for the guest's lseek and seekdir.
+            ((h >> 6) + 1) << RUN_BITS
+        }
+    }
+}
+
+/// The latest listing of each directory node read without a handle, newest last.
 #[derive(Default)]
 pub(crate) struct NodeListings {
-    inner: Mutex<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    /// The last generation given (0 before any: no offset carries generation 0).
-    last: u64,
-    kept: VecDeque<(u64, u64, Arc<DirSnapshot>)>,
-}
-
-/// Where a READDIR without a handle goes on: the listing and its generation (the next entry
-/// is at [`index_after`] its offset).
-pub(crate) struct Resumed {
-    /// The listing.
-    pub snapshot: Arc<DirSnapshot>,
-    /// Its generation (what [`cookie`] puts in the offsets).
-    pub generation: u64,
-}
-
-/// The offset handed out with entry `index` of the listing of generation `generation`: the
-/// next READDIR starts after it.
-pub(crate) fn cookie(generation: u64, index: usize) -> u64 {
-    (generation << INDEX_BITS) | (index as u64 + 1)
-}
-
-/// The index of the entry after `offset` (an offset from [`cookie`]) in its listing.
-pub(crate) fn index_after(offset: u64) -> usize {
-    (offset & ((1 << INDEX_BITS) - 1)) as usize
+    kept: Mutex<VecDeque<(u64, Arc<Keyed>)>>,
 }
 
 impl NodeListings {
-    /// The kept listing of directory `node` that `offset` (nonzero) continues, if it is kept.
-    pub(crate) fn resume(&self, node: u64, offset: u64) -> Option<Resumed> {
-        let generation = offset >> INDEX_BITS;
-        let inner = self.inner.locked();
-        inner
-            .kept
-            .iter()
-            .rev()
-            .find(|(n, g, _)| *n == node && *g == generation)
-            .map(|(_, g, s)| Resumed {
-                snapshot: s.clone(),
-                generation: *g,
-            })
+    /// The kept listing of directory `node`, if any (it becomes the newest).
+    pub(crate) fn latest(&self, node: u64) -> Option<Arc<Keyed>> {
+        let mut kept = self.kept.locked();
+        let at = kept.iter().position(|(n, _)| *n == node)?;
+        let entry = kept.remove(at)?;
+        let listing = entry.1.clone();
+        kept.push_back(entry);
+        Some(listing)
     }
 
-    /// Keeps `snapshot` as a listing of directory `node`: its generation. The oldest listing
-    /// goes when [`KEPT`] are kept.
-    pub(crate) fn keep(&self, node: u64, snapshot: Arc<DirSnapshot>) -> u64 {
-        let mut inner = self.inner.locked();
-        inner.last = inner.last % (GENERATIONS - 1) + 1;
-        let generation = inner.last;
-        if inner.kept.len() == KEPT {
-            inner.kept.pop_front();
+    /// Keeps `listing` as the latest of directory `node`, in place of the one before. The
+    /// oldest goes when [`KEPT`] are kept.
+    pub(crate) fn keep(&self, node: u64, listing: Arc<Keyed>) {
+        let mut kept = self.kept.locked();
+        kept.retain(|(n, _)| *n != node);
+        if kept.len() == KEPT {
+            kept.pop_front();
         }
-        inner.kept.push_back((node, generation, snapshot));
-        generation
+        kept.push_back((node, listing));
     }
 
     /// Drops every kept listing (their entries leave the listing budget); how many there were.
     pub(crate) fn clear(&self) -> usize {
-        let dropped = std::mem::take(&mut self.inner.locked().kept);
-        dropped.len()
+        std::mem::take(&mut *self.kept.locked()).len()
     }
 
     /// Listings kept now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.inner.locked().kept.len()
+        self.kept.locked().len()
     }
 }
 
@@ -103,62 +151,160 @@ mod tests {
     use super::*;
     use crate::fs::readdir_snapshot::{Listing, ListingBudget};
 
-    fn listing(budget: &ListingBudget, names: &[&str]) -> Arc<DirSnapshot> {
+    fn keyed(budget: &ListingBudget, names: &[&str]) -> Keyed {
         let mut l = Listing::default();
-        for (i, n) in names.iter().enumerate() {
+        for (i, n) in [".", ".."].iter().chain(names).enumerate() {
             l.push(n.as_bytes(), i as u64 + 10, 8).unwrap();
         }
-        Arc::new(budget.charge(l).unwrap())
+        Keyed::new(budget.charge(l).unwrap())
+    }
+
+    /// The names a reader gets from `offset` on in `k`, `page` at a time, and the offset
+    /// after them.
+    fn read(k: &Keyed, offset: u64, page: usize) -> (Vec<String>, u64) {
+        let from = k.index_after(offset);
+        let names: Vec<String> = k
+            .snapshot
+            .entries_from(from)
+            .take(page)
+            .map(|(_, e)| String::from_utf8(e.name.to_vec()).unwrap())
+            .collect();
+        let last = from + names.len();
+        let offset = if last > from {
+            k.cookie(last - 1)
+        } else {
+            offset
+        };
+        (names, offset)
     }
 
     #[test]
-    fn offsets_carry_the_generation_and_the_index() {
-        for (g, i) in [(1, 0), (7, 41), (GENERATIONS - 1, u32::MAX as usize - 1)] {
-            let off = cookie(g, i);
-            assert_eq!((off >> INDEX_BITS, index_after(off)), (g, i + 1));
-            assert!(i64::try_from(off).is_ok(), "a positive loff_t: {off:#x}");
+    fn the_key_function_is_fixed() {
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c; of "" 0xcbf29ce484222325.
+        assert_eq!(key(b"a"), ((0xaf63_dc4c_8601_ec8c_u64 >> 6) + 1) << 4);
+        assert_eq!(key(b""), ((0xcbf2_9ce4_8422_2325_u64 >> 6) + 1) << 4);
+        assert_eq!((key(b"."), key(b"..")), (1, 2));
+        for name in [&b"a"[..], b"", &[0xff; 255]] {
+            assert!(i64::try_from(key(name) | 0xf).is_ok(), "a positive loff_t");
         }
     }
 
     #[test]
-    fn a_reader_goes_on_in_its_own_listing() {
+    fn dots_come_first_and_offsets_rise() {
         let b = ListingBudget::new(100);
-        let l = NodeListings::default();
-        let first = l.keep(5, listing(&b, &["a", "b"]));
-        // Another reader of the same directory starts over, after the directory changed.
-        let second = l.keep(5, listing(&b, &["a", "new", "b"]));
-        assert_ne!(first, second);
-        let r = l.resume(5, cookie(first, 0)).unwrap();
-        assert_eq!(r.generation, first);
-        assert_eq!(r.snapshot.get(1).unwrap().name, b"b");
-        let r = l.resume(5, cookie(second, 0)).unwrap();
-        assert_eq!(r.snapshot.get(1).unwrap().name, b"new");
-        // Another directory's offsets, generation 0 (a handle's), or one never given: none.
-        assert!(l.resume(6, cookie(first, 0)).is_none());
-        assert!(l.resume(5, 1).is_none());
-        assert!(l.resume(5, cookie(second + 1, 0)).is_none());
-    }
-
-    #[test]
-    fn the_oldest_listing_goes_first_and_leaves_the_budget() {
-        let b = ListingBudget::new(1_000);
-        let l = NodeListings::default();
-        let gens: Vec<u64> = (0..KEPT as u64 + 1)
-            .map(|n| l.keep(n, listing(&b, &["x"])))
-            .collect();
-        assert_eq!(l.len(), KEPT);
-        assert_eq!(b.held(), KEPT);
-        assert!(l.resume(0, cookie(gens[0], 0)).is_none(), "the first went");
-        assert!(l.resume(1, cookie(gens[1], 0)).is_some());
-        assert_eq!(l.clear(), KEPT);
+        let k = keyed(&b, &["b", "a", "c", "d"]);
+        let names: Vec<&[u8]> = k.snapshot.entries_from(0).map(|(_, e)| e.name).collect();
+        assert_eq!(&names[..2], [&b"."[..], b".."]);
+        assert_eq!(names.len(), 6);
+        for i in 1..6 {
+            assert!(k.cookie(i) > k.cookie(i - 1));
+        }
+        assert_eq!(k.index_after(0), 0);
+        assert_eq!(k.index_after(k.cookie(5)), 6, "past the end: nothing more");
+        // Entries keep their numbers through the reordering.
+        let e = k
+            .snapshot
+            .entries_from(2)
+            .find(|(_, e)| e.name == b"b")
+            .unwrap()
+            .1;
+        assert_eq!(e.ino, 12, "b was pushed third");
+        assert_eq!(b.held(), 6, "the reordered listing is charged once");
+        drop(k);
         assert_eq!(b.held(), 0);
     }
 
     #[test]
-    fn generations_wrap_past_zero() {
+    fn a_reading_goes_on_in_a_new_listing_of_an_emptied_directory_without_a_skip() {
+        // rm -rf: reads a page, removes what it read, reads on; the listing it started in
+        // was dropped meanwhile, so it goes on in a new one of what is left.
+        let b = ListingBudget::new(1_000);
+        let names: Vec<String> = (0..100).map(|i| format!("d{i}")).collect();
+        let all: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut left = all.clone();
+        let mut seen = Vec::new();
+        let mut offset = 0;
+        loop {
+            let k = keyed(&b, &left);
+            let (page, next) = read(&k, offset, 7);
+            if page.is_empty() {
+                break;
+            }
+            offset = next;
+            left.retain(|n| !page.iter().any(|p| p == n));
+            seen.extend(page.into_iter().filter(|n| n != "." && n != ".."));
+        }
+        assert!(left.is_empty(), "never served: {left:?}");
+        seen.sort();
+        let mut want: Vec<String> = names.clone();
+        want.sort();
+        assert_eq!(seen, want, "each once");
+    }
+
+    #[test]
+    fn names_added_or_removed_meanwhile_leave_the_others_served_once() {
+        let b = ListingBudget::new(1_000);
+        let before: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+        let first = keyed(&b, &before.iter().map(String::as_str).collect::<Vec<_>>());
+        let (mut seen, offset) = read(&first, 0, 20);
+        // Meanwhile: f0..f9 removed, n0..n9 added.
+        let after: Vec<String> = before[10..]
+            .iter()
+            .cloned()
+            .chain((0..10).map(|i| format!("n{i}")))
+            .collect();
+        let second = keyed(&b, &after.iter().map(String::as_str).collect::<Vec<_>>());
+        let (rest, _) = read(&second, offset, 1_000);
+        seen.extend(rest);
+        for n in &before[10..] {
+            assert_eq!(seen.iter().filter(|s| *s == n).count(), 1, "{n}");
+        }
+    }
+
+    #[test]
+    fn names_of_one_key_are_told_apart() {
+        // Three names with one key (a collision) and one after: the run bits keep their
+        // offsets apart, so a reader that stops between two goes on with the next.
+        let (k, next) = (5 << RUN_BITS, 9 << RUN_BITS);
+        let cookies = offsets([1, 2, k, k, k, next].into_iter());
+        assert_eq!(cookies, [1, 2, k, k | 1, k | 2, next]);
+        let mut l = Listing::default();
+        for n in [".", "..", "p", "q", "r", "s"] {
+            l.push(n.as_bytes(), 1, 8).unwrap();
+        }
+        let keyed = Keyed {
+            snapshot: ListingBudget::new(10).charge(l).unwrap(),
+            cookies,
+        };
+        assert_eq!(keyed.index_after(k), 3);
+        assert_eq!(keyed.index_after(k | 1), 4);
+        assert_eq!(keyed.index_after(k | 2), 5);
+        // Sixteen and more of one key: the last ones share an offset, none goes backwards.
+        let many = offsets(std::iter::repeat_n(k, 20));
+        assert!(many.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(many[19], k | 15);
+    }
+
+    #[test]
+    fn each_node_keeps_its_latest_listing_and_the_oldest_goes_first() {
+        let b = ListingBudget::new(1_000);
         let l = NodeListings::default();
-        l.inner.locked().last = GENERATIONS - 1;
-        let b = ListingBudget::new(10);
-        assert_eq!(l.keep(1, listing(&b, &["x"])), 1);
+        l.keep(5, Arc::new(keyed(&b, &["a"])));
+        l.keep(5, Arc::new(keyed(&b, &["a", "b"])));
+        assert_eq!(l.len(), 1);
+        assert_eq!(l.latest(5).unwrap().snapshot.len(), 4);
+        assert!(l.latest(6).is_none());
+        for n in 0..KEPT as u64 {
+            l.keep(100 + n, Arc::new(keyed(&b, &["x"])));
+        }
+        assert_eq!(l.len(), KEPT);
+        assert!(l.latest(5).is_none(), "the oldest went");
+        // Reading one makes it the newest: the next to go is another.
+        assert!(l.latest(100).is_some());
+        l.keep(999, Arc::new(keyed(&b, &["x"])));
+        assert!(l.latest(100).is_some());
+        assert!(l.latest(101).is_none());
+        assert_eq!(l.clear(), KEPT);
+        assert_eq!(b.held(), 0);
     }
 }

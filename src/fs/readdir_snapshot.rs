@@ -91,6 +91,31 @@ impl DirSnapshot {
         self.listing.get(i)
     }
 
+    /// The same entries in the order of `order` (a permutation of the indices), charged to
+    /// the budget this one was charged to (not twice).
+    pub fn reordered(mut self, order: &[usize]) -> DirSnapshot {
+        let mut listing = Listing {
+            names: Vec::with_capacity(self.listing.names.len()),
+            slots: Vec::with_capacity(order.len()),
+        };
+        for e in order.iter().filter_map(|&i| self.listing.get(i)) {
+            // No longer than the listing it comes from: it fits.
+            let _ = listing.push(e.name, e.ino, e.dtype);
+        }
+        // What this one was charged for moves with the new one (the same length for a
+        // permutation; what a caller's bug adds or leaves out is charged as it is).
+        let charged = self.charged.take();
+        if let Some(held) = &charged {
+            let (was, is) = (self.listing.len(), listing.len());
+            if is < was {
+                held.fetch_sub(was - is, Ordering::AcqRel);
+            } else {
+                held.fetch_add(is - was, Ordering::AcqRel);
+            }
+        }
+        DirSnapshot { listing, charged }
+    }
+
     /// The entries from index `from` on, with their indices, in the order served.
     pub fn entries_from(&self, from: usize) -> impl Iterator<Item = (usize, MergedEntry<'_>)> {
         (from..self.len()).filter_map(move |i| Some((i, self.get(i)?)))

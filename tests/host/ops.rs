@@ -157,3 +157,30 @@ fn large_reads_and_writes_round_trip() {
     f.read_exact(&mut tail).unwrap();
     assert_eq!(&tail[..], &data[5 << 20..(5 << 20) + 100]);
 }
+
+/// `rm -rf` of a tree whose directories the kernel opens without OPENDIR (`cache.readdir`
+/// with `default_permissions`): it reads each directory while removing what it read and
+/// reading the subdirectories, more than the daemon keeps listings for, and it empties the
+/// tree (before name-keyed offsets it stopped "Directory not empty" with half of it left).
+#[test]
+fn a_tree_read_without_opendir_is_removed_whole() {
+    let b = Tmpfs::new("64M");
+    for i in 0..400 {
+        fs::create_dir_all(b.path().join(format!("top/d{i}/sub"))).unwrap();
+        fs::write(b.path().join(format!("top/d{i}/f")), "").unwrap();
+    }
+    let m = HostMount::new(
+        &[b.path()],
+        &[
+            "-o",
+            "cache.readdir=true,default_permissions,minfreespace=1M",
+            "--log-level",
+            "debug",
+        ],
+    );
+    fs::remove_dir_all(m.path().join("top")).unwrap();
+    assert!(!b.path().join("top").exists());
+    let log = m.log();
+    let opendirs = log.lines().filter(|l| l.contains(" opcode=27 ")).count();
+    assert_eq!(opendirs, 1, "only the first OPENDIR (ENOSYS): {opendirs}");
+}

@@ -1,8 +1,8 @@
 //! OPENDIR, READDIR, READDIRPLUS, RELEASEDIR and FSYNCDIR. A directory's listing is the merge of
 //! every branch's copy, names de-duplicated with the first branch winning; it is taken once per
 //! handle (at offset 0) so offsets stay stable while the guest pages through it, or, for a
-//! directory the kernel opened without asking, once per reading from offset 0
-//! (`node_listings.rs`).
+//! directory the kernel opened without asking, once per reading from offset 0 and served in
+//! the order of its names' keys, which its offsets are (`node_listings.rs`).
 
 use crate::fs::call::Call;
 use crate::fs::inode::Rebind;
@@ -199,23 +199,39 @@ impl MemoFill {
 struct Page {
     /// The directory's union path.
     rel: CString,
-    snapshot: Arc<DirSnapshot>,
-    /// What the offsets handed out carry besides the index (0 for a handle's listing).
-    generation: u64,
+    listing: Served,
     /// The index of the first entry to serve.
     from: usize,
 }
 
+/// A listing and how its offsets are made.
+enum Served {
+    /// A handle's: offsets are index + 1.
+    Handle(Arc<DirSnapshot>),
+    /// A directory read without a handle: offsets are the names' keys.
+    Keyed(Arc<node_listings::Keyed>),
+}
+
 impl Page {
+    fn snapshot(&self) -> &DirSnapshot {
+        match &self.listing {
+            Served::Handle(s) => s,
+            Served::Keyed(k) => &k.snapshot,
+        }
+    }
+
     /// The offset handed out with entry `index`.
     fn cookie(&self, index: usize) -> u64 {
-        node_listings::cookie(self.generation, index)
+        match &self.listing {
+            Served::Handle(_) => index as u64 + 1,
+            Served::Keyed(k) => k.cookie(index),
+        }
     }
 }
 
 /// The listing READDIR at `offset` of directory `inode` continues: handle `fh`'s, (re)built
 /// when the guest starts from offset 0; without a handle (`fh` 0: the kernel opened the
-/// directory without asking), the kept listing the offset names, or a new one.
+/// directory without asking), the directory's kept listing or a new one.
 fn listing(fs: &Call<'_>, inode: u64, fh: u64, offset: u64) -> io::Result<Page> {
     if fh == 0 && fs.negotiated.handleless_readdir() {
         return handleless(fs, inode, offset);
@@ -232,40 +248,41 @@ fn listing(fs: &Call<'_>, inode: u64, fh: u64, offset: u64) -> io::Result<Page> 
     }
     Ok(Page {
         rel,
-        snapshot: snap.clone().expect("just set"),
-        generation: 0,
+        listing: Served::Handle(snap.clone().expect("just set")),
         from: offset_index(offset),
     })
 }
 
-/// [`listing`] for a directory read without a handle (`node_listings.rs`).
+/// [`listing`] for a directory read without a handle (`node_listings.rs`): a reading from
+/// offset 0 gets a new listing, one that goes on the kept one, or a new one if none is kept.
 fn handleless(fs: &Call<'_>, inode: u64, offset: u64) -> io::Result<Page> {
     let rel = fs.inodes.path(inode)?;
-    let from = node_listings::index_after(offset);
-    if offset != 0 {
-        if let Some(r) = fs.node_listings.resume(inode, offset) {
-            return Ok(Page {
-                rel,
-                snapshot: r.snapshot,
-                generation: r.generation,
-                from,
-            });
-        }
-    }
-    let snap = match snapshot(fs, inode, &rel) {
-        // The kept listings hold the budget: they go first (their readers start anew).
-        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && fs.node_listings.clear() > 0 => {
-            snapshot(fs, inode, &rel)?
-        }
-        r => r?,
+    let kept = match offset {
+        0 => None,
+        _ => fs.node_listings.latest(inode),
     };
-    let snapshot = Arc::new(snap);
-    let generation = fs.node_listings.keep(inode, snapshot.clone());
+    let keyed = match kept {
+        Some(k) => k,
+        None => {
+            let snap = match snapshot(fs, inode, &rel) {
+                // The kept listings hold the budget: they go first (their readers go on in
+                // new ones).
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOMEM) && fs.node_listings.clear() > 0 =>
+                {
+                    snapshot(fs, inode, &rel)?
+                }
+                r => r?,
+            };
+            let keyed = Arc::new(node_listings::Keyed::new(snap));
+            fs.node_listings.keep(inode, keyed.clone());
+            keyed
+        }
+    };
     Ok(Page {
         rel,
-        snapshot,
-        generation,
-        from,
+        from: keyed.index_after(offset),
+        listing: Served::Keyed(keyed),
     })
 }
 
@@ -293,7 +310,7 @@ pub fn readdir(
     add_entry: &mut dyn FnMut(DirEntry) -> io::Result<usize>,
 ) -> io::Result<()> {
     let page = listing(fs, inode, fh, offset)?;
-    for (i, e) in page.snapshot.entries_from(page.from) {
+    for (i, e) in page.snapshot().entries_from(page.from) {
         if add_entry(dirent(&e, page.cookie(i)))? == 0 {
             break;
         }
@@ -313,7 +330,7 @@ pub fn readdirplus(
     let rel = &page.rel;
     let dot = fs.search_node(Func::Getattr, inode)?.st;
     let mut path: smallvec::SmallVec<[u8; 512]> = smallvec::SmallVec::new();
-    for (i, e) in page.snapshot.entries_from(page.from) {
+    for (i, e) in page.snapshot().entries_from(page.from) {
         let entry = if e.name == b"." || e.name == b".." {
             // The kernel ignores entries for the dot names; no reference is taken.
             Entry {
