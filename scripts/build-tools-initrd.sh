@@ -5,8 +5,9 @@
 # (statx), e2fsprogs' chattr and lsattr (inode flags), attr's getfattr and setfattr and acl's
 # getfacl and setfacl, with the shared libraries they
 # load, and the project's examples/guest_lock (fcntl record locks), examples/guest_lockmatrix
-# (the lock-lifetime matrix of tests/guest/locks.rs) and examples/guest_idmap
-# (idmapped mounts, running a command as a bare uid/gid). In the guest they are
+# (the lock-lifetime matrix of tests/guest/locks.rs), examples/guest_idmap
+# (idmapped mounts, running a command as a bare uid/gid) and examples/guest_readdir (a
+# directory read in two parts, across a migration). In the guest they are
 # under /opt/tools/bin (so that busybox's applets in /bin keep their names). Prints the
 # archive's path: $UVFS_GUEST_CACHE/tools.cpio. Rebuilt when the contents of this script or of
 # a program it packs change.
@@ -40,12 +41,13 @@ elif [ "${1:-}" = fsx ]; then
     inputs+=("$UVFS_ROOT/qemu/fsx-all.toml" "$UVFS_ROOT/qemu/fsx-odirect.c")
 else
     out="$UVFS_GUEST_CACHE/tools.cpio"
-    # fcntl record locks and idmapped mounts: the project's examples/guest_lock.rs and
-    # examples/guest_idmap.rs.
+    # fcntl record locks, idmapped mounts and a directory read in two parts: the project's
+    # examples/guest_lock.rs, guest_idmap.rs and guest_readdir.rs.
     cargo build --quiet --example guest_lock --example guest_lockmatrix --example guest_idmap \
-        --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
+        --example guest_readdir --manifest-path "$UVFS_ROOT/Cargo.toml" >&2
     examples="$(cargo_out debug)/examples"
-    progs=("$examples/guest_lock" "$examples/guest_lockmatrix" "$examples/guest_idmap" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
+    progs=("$examples/guest_lock" "$examples/guest_lockmatrix" "$examples/guest_idmap"
+        "$examples/guest_readdir" /usr/bin/flock /usr/bin/cp /usr/bin/sync /usr/bin/stat /usr/sbin/xfs_io /usr/bin/chattr /usr/bin/lsattr
         /usr/bin/getfattr /usr/bin/setfattr /usr/bin/getfacl /usr/bin/setfacl)
 fi
 for p in "${progs[@]}"; do
