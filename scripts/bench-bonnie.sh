@@ -108,17 +108,7 @@ fi
 {
     echo "| test | native | mergerfs 2.33 | ours | ours passthrough |"
     echo "|---|---:|---:|---:|---:|"
-    awk '
-    function median(list,   n, a, i, j, t) {
-        n = split(list, a, " ")
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(list,   n, a, i, lo, hi) {
-        n = split(list, a, " "); lo = hi = a[1]
-        for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
-        return sprintf("%.0f–%.0f", lo, hi)
-    }
+    awk "$AWK_STATS"'
     function cell(t, w) {
         if (!((t SUBSEP w) in v) || v[t, w] ~ /\+/) return "—"
         return sprintf("%.0f [%s]", median(v[t, w]), range(v[t, w]))
@@ -132,7 +122,7 @@ fi
             split(tests[i], t, ":")
             x = f[t[2]]
             if (x ~ /\+/ || x == "") { v[t[1], $2] = v[t[1], $2] "+"; continue }
-            v[t[1], $2] = v[t[1], $2] " " x / t[3]
+            v[t[1], $2] = v[t[1], $2] " " sprintf("%.0f", x / t[3])
         }
         cpu[$2] = cpu[$2] " " $3
     }

@@ -179,17 +179,7 @@ fi
 {
     echo "| branch | bs | op | native MiB/s | mergerfs 2.33 MiB/s | ours MiB/s | ours passthrough MiB/s | passthrough / native | CPU s/GiB mergerfs / ours / ours passthrough |"
     echo "|---|---|---|---|---|---|---|---|---|"
-    awk '
-    function median(list,   n, a, i, j, t) {
-        n = split(list, a, " ")
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(list,   n, a, i, lo, hi) {
-        n = split(list, a, " "); lo = hi = a[1]
-        for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
-        return lo "–" hi
-    }
+    awk "$AWK_STATS"'
     function cell(k, w) { return (k SUBSEP w) in rate ? sprintf("%d [%s]", median(rate[k, w]), range(rate[k, w])) : "—" }
     function cpu(k, w) { return (k SUBSEP w) in per ? sprintf("%.2f", median(per[k, w])) : "—" }
     function ratio(k,   r, list) {

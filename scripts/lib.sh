@@ -374,3 +374,19 @@ mergerfs_umount() {
     rmdir "$pool" 2>/dev/null || true
     rm -f "$pool.mergerfs.log"
 }
+
+# awk functions for the benchmark tables (prepend to a program: awk "$AWK_STATS"'...'):
+# median(LIST) and range(LIST) ("lo–hi", as written) of a space-separated list of numbers.
+# shellcheck disable=SC2034
+AWK_STATS='
+function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function range(list,   n, a, i, lo, hi) {
+    n = split(list, a, " "); lo = hi = a[1]
+    for (i = 2; i <= n; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
+    return lo "–" hi
+}
+'
