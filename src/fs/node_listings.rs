@@ -34,7 +34,7 @@ const RUN_BITS: u32 = 4;
 pub(crate) struct Keyed {
     /// The entries, `.` and `..` first, then by key.
     pub snapshot: DirSnapshot,
-    /// Entry `i`'s offset (strictly increasing).
+    /// Entry `i`'s offset (increasing; strictly but past the 16th name of one key).
     cookies: Vec<u64>,
 }
 
