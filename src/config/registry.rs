@@ -213,6 +213,10 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.cache_readdir = boolean(v)?;
         Ok(())
     } },
+    OptionSpec { name: "cache.auto-inval-data", help: "true|false: the guest drops a file's cached pages when it sees the file's mtime change (FUSE_AUTO_INVAL_DATA; default true, for a share the host edits; mergerfs's default is false, where a file rewritten in place through the mount keeps its pages)", set: |s, v| {
+        s.opts.auto_inval_data = boolean(v)?;
+        Ok(())
+    } },
     OptionSpec { name: "direct-io", help: "true|false: bypass the guest page cache (FOPEN_DIRECT_IO)", set: |s, v| {
         s.opts.direct_io = boolean(v)?;
         Ok(())

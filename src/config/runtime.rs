@@ -66,6 +66,7 @@ macro_rules! keys {
 
 keys! {
     "cache.attr", true, |o| secs(o.cache_attr);
+    "cache.auto_inval_data", false, |o| o.auto_inval_data.to_string();
     "cache.entry", true, |o| secs(o.cache_entry);
     "cache.files", true, |o| kebab(o.cache_files);
     "cache.negative_entry", true, |o| secs(o.cache_negative_entry);

@@ -210,7 +210,7 @@ pub fn reply_options(opts: &UnionOptions, capable: FsOptions) -> (FsOptions, boo
         | FsOptions::ASYNC_DIO
         | FsOptions::PARALLEL_DIROPS
         | FsOptions::BIG_WRITES
-        | FsOptions::AUTO_INVAL_DATA
+        | on(opts.auto_inval_data, FsOptions::AUTO_INVAL_DATA)
         | FsOptions::ATOMIC_O_TRUNC
         | FsOptions::MAX_PAGES;
     (enabled, writeback, submounts)
@@ -237,6 +237,18 @@ mod tests {
         let n = Negotiated::default();
         n.init(&o, all);
         assert!(n.writeback() && !n.submounts());
+    }
+
+    #[test]
+    fn auto_inval_data_follows_the_option() {
+        let mut o = UnionOptions::default();
+        assert!(reply_options(&o, FsOptions::empty())
+            .0
+            .contains(FsOptions::AUTO_INVAL_DATA));
+        o.auto_inval_data = false;
+        assert!(!reply_options(&o, FsOptions::empty())
+            .0
+            .contains(FsOptions::AUTO_INVAL_DATA));
     }
 
     #[test]

@@ -336,6 +336,9 @@ pub struct UnionOptions {
     /// FOPEN_CACHE_DIR and FOPEN_KEEP_CACHE on every directory; virtiofsd's `--cache
     /// always|metadata`).
     pub cache_readdir: bool,
+    /// FUSE_AUTO_INVAL_DATA: the guest drops a file's pages when it sees its mtime change
+    /// (mergerfs's `cache.auto_inval_data`; negotiated at INIT).
+    pub auto_inval_data: bool,
     /// Attribute cache timeout.
     pub cache_attr: Duration,
     /// Entry cache timeout.
@@ -435,6 +438,7 @@ impl Default for UnionOptions {
             nullrw: false,
             cache_files: CacheFiles::Libfuse,
             cache_readdir: false,
+            auto_inval_data: true,
             direct_io: false,
             cache_attr: Duration::from_secs(1),
             cache_entry: Duration::from_secs(1),

@@ -184,3 +184,39 @@ fn a_tree_read_without_opendir_is_removed_whole() {
     let opendirs = log.lines().filter(|l| l.contains(" opcode=27 ")).count();
     assert_eq!(opendirs, 1, "only the first OPENDIR (ENOSYS): {opendirs}");
 }
+
+/// READ requests a rewrite of a 4 MiB file in 8 KiB blocks (read a block, seek back, write
+/// it: bonnie++'s rewrite) sends through a mount with `extra` options.
+fn reads_of_a_rewrite(extra: &str) -> usize {
+    let b = Tmpfs::new("64M");
+    fs::write(b.path().join("f"), vec![7u8; 4 << 20]).unwrap();
+    let opts = format!("minfreespace=1M{extra}");
+    let m = HostMount::new(&[b.path()], &["-o", &opts, "--log-level", "debug"]);
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path().join("f"))
+        .unwrap();
+    let mut block = vec![0u8; 8192];
+    for _ in 0..(4 << 20) / 8192 {
+        f.read_exact(&mut block).unwrap();
+        f.seek(SeekFrom::Current(-8192)).unwrap();
+        f.write_all(&block).unwrap();
+    }
+    drop(f);
+    m.log()
+        .lines()
+        .filter(|l| l.contains(" opcode=15 "))
+        .count()
+}
+
+/// mergerfs's `cache.auto_inval_data=false`: the file's pages stay across the mount's own
+/// writes, so a rewrite reads each page once; with FUSE_AUTO_INVAL_DATA (the default) each
+/// write's new mtime makes the kernel drop them and read the next block again.
+#[test]
+fn without_auto_inval_data_a_rewrite_reads_each_page_once() {
+    let with = reads_of_a_rewrite("");
+    let without = reads_of_a_rewrite(",cache.auto_inval_data=false");
+    assert!(with >= 256, "READs with AUTO_INVAL_DATA: {with}");
+    assert!(without <= 64, "READs without: {without}");
+}
