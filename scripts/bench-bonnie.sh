@@ -38,10 +38,7 @@ if [ "$table_only" = 0 ]; then
 [ "$(id -u)" = 0 ] || die "needs root (mounts)"
 command -v bonnie++ >/dev/null || as_root apt-get install -y -qq --no-install-recommends bonnie++ >&2
 command -v mergerfs >/dev/null || as_root apt-get install -y -qq --no-install-recommends mergerfs >&2
-if [ -z "$bin" ]; then
-    cargo build -q --release --bin union-virtiofsd >&2
-    bin="$(cargo_out release)/union-virtiofsd"
-fi
+[ -n "$bin" ] || bin=$(release_daemon)
 work=$(mktemp -d /tmp/uvfs-bench-bonnie.XXXXXX)
 branch="$work/branch" pool="$work/pool" daemon_pid=""
 cleanup() {

@@ -37,10 +37,7 @@ mkdir -p "$out"
 results="$out/results.txt"
 if [ "$table_only" = 0 ]; then
 [ "$(id -u)" = 0 ] || die "needs root (mounts)"
-if [ -z "$bin" ]; then
-    cargo build -q --release --bin union-virtiofsd >&2
-    bin="$(cargo_out release)/union-virtiofsd"
-fi
+[ -n "$bin" ] || bin=$(release_daemon)
 command -v mergerfs >/dev/null || as_root apt-get install -y -qq --no-install-recommends mergerfs >&2
 
 # Block sizes and the MiB each dd moves at that size.

@@ -31,10 +31,7 @@ while [ $# -gt 0 ]; do
 done
 case "$op" in read | write) ;; *) die "--op is read or write, not $op" ;; esac
 [ "$(id -u)" = 0 ] || die "needs root (mounts)"
-if [ -z "$bin" ]; then
-    cargo build -q --release --bin union-virtiofsd >&2
-    bin="$(cargo_out release)/union-virtiofsd"
-fi
+[ -n "$bin" ] || bin=$(release_daemon)
 
 work=$(mktemp -d /tmp/uvfs-bench-pt.XXXXXX)
 branch="$work/branch" pool="$work/pool" daemon_pid="" loopdev=""

@@ -375,6 +375,12 @@ mergerfs_umount() {
     rm -f "$pool.mergerfs.log"
 }
 
+# release_daemon: builds this tree's release daemon (quietly) and prints its path.
+release_daemon() {
+    cargo build -q --release --bin union-virtiofsd >&2
+    echo "$(cargo_out release)/union-virtiofsd"
+}
+
 # awk functions for the benchmark tables (prepend to a program: awk "$AWK_STATS"'...'):
 # median(LIST) and range(LIST) ("lo–hi", as written) of a space-separated list of numbers.
 # shellcheck disable=SC2034
