@@ -3,7 +3,7 @@
 //! touches guest data.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use rustix::fs::FlockOperation;
 /// Never follows a symlink at `path` (ELOOP): the daemon truncates the file it locks.
 pub fn write_pid_file(path: &Path) -> io::Result<File> {
     loop {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .write(true)
@@ -30,8 +30,7 @@ pub fn write_pid_file(path: &Path) -> io::Result<File> {
         if !still_there {
             continue;
         }
-        file.set_len(0)?;
-        writeln!(file, "{}", std::process::id())?;
+        say_pid(&file, std::process::id())?;
         return Ok(file);
     }
 }
@@ -58,9 +57,17 @@ pub fn pid_file_is_locked(path: &Path) -> io::Result<bool> {
 
 /// Makes the pid file `file` (received locked from the daemon this one upgrades) say `pid`.
 pub fn claim_pid_file(file: &File, pid: u32) -> io::Result<()> {
+    say_pid(file, pid)
+}
+
+/// Writes `pid` over the start of the pid file, then cuts what is left of a longer one: a
+/// reader never finds the file empty (truncating first left a moment where it was, and a
+/// reader then saw no pid at all).
+fn say_pid(file: &File, pid: u32) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
-    file.set_len(0)?;
-    file.write_all_at(format!("{pid}\n").as_bytes(), 0)
+    let line = format!("{pid}\n");
+    file.write_all_at(line.as_bytes(), 0)?;
+    file.set_len(line.len() as u64)
 }
 
 /// Whether a process accepts connections on the unix socket `path`: a non-blocking connect
@@ -237,7 +244,12 @@ mod tests {
         let e = write_pid_file(&p).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
         drop(f);
-        write_pid_file(&p).unwrap();
+        let f = write_pid_file(&p).unwrap();
+        // Claimed by a pid shorter or longer than the one there: exactly the new one.
+        for pid in [7, 1234567, 42] {
+            claim_pid_file(&f, pid).unwrap();
+            assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{pid}\n"));
+        }
     }
 
     #[test]
