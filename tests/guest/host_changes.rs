@@ -59,13 +59,6 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// Requests with `opcode` in the daemon's debug log.
-fn count(log: &str, opcode: u32) -> usize {
-    log.lines()
-        .filter(|l| l.contains(&format!(" opcode={opcode} ")))
-        .count()
-}
-
 #[test]
 fn the_union_shows_host_changes_once_the_guest_asks_again() {
     let (b1, b2) = (Tmpfs::new("16M"), Tmpfs::new("16M"));
@@ -134,7 +127,7 @@ section after ls -1 dir
 /// Every listing was served without OPENDIR but the first (answered ENOSYS).
 fn assert_no_opendir(run: &guest::GuestRun) {
     assert_eq!(
-        count(&run.daemon_log, OPENDIR),
+        guest::logged_requests(&run.daemon_log, OPENDIR),
         1,
         "OPENDIR requests (the first is answered ENOSYS)\n{}",
         run.transcript()

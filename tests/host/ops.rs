@@ -181,7 +181,7 @@ fn a_tree_read_without_opendir_is_removed_whole() {
     fs::remove_dir_all(m.path().join("top")).unwrap();
     assert!(!b.path().join("top").exists());
     let log = m.log();
-    let opendirs = log.lines().filter(|l| l.contains(" opcode=27 ")).count();
+    let opendirs = testkit::guest::logged_requests(&log, 27);
     assert_eq!(opendirs, 1, "only the first OPENDIR (ENOSYS): {opendirs}");
 }
 
@@ -204,10 +204,7 @@ fn reads_of_a_rewrite(extra: &str) -> usize {
         f.write_all(&block).unwrap();
     }
     drop(f);
-    m.log()
-        .lines()
-        .filter(|l| l.contains(" opcode=15 "))
-        .count()
+    testkit::guest::logged_requests(&m.log(), 15)
 }
 
 /// mergerfs's `cache.auto_inval_data=false`: the file's pages stay across the mount's own

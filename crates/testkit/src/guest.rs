@@ -744,6 +744,13 @@ pub fn scenario_exit(console: &str) -> Option<i32> {
     })
 }
 
+/// How many requests with FUSE opcode `opcode` this daemon's debug log (`log`) shows: the
+/// router logs each as `unique=N opcode=N nodeid=N ...`.
+pub fn logged_requests(log: &str, opcode: u32) -> usize {
+    let needle = format!(" opcode={opcode} ");
+    log.lines().filter(|l| l.contains(&needle)).count()
+}
+
 /// The value N of the last `max_pages=N` in `log` (the daemon logs its FUSE_INIT reply so).
 pub fn logged_max_pages(log: &str) -> Option<u32> {
     log.rmatch_indices("max_pages=").find_map(|(i, key)| {
