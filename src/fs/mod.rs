@@ -9,6 +9,7 @@ mod caller;
 mod clone;
 pub mod control;
 mod cow;
+mod dir_links;
 mod found;
 mod handle;
 pub mod idmap;
@@ -127,6 +128,8 @@ pub struct UnionFs {
     passthrough: passthrough::Passthrough,
     /// Which branch holds a name, per directory, so lookups need not probe every branch.
     lookup_memo: lookup_memo::LookupMemo<View>,
+    /// Link counts of directories with copies on several branches, counted from listings.
+    dir_links: dir_links::DirLinks,
 }
 
 /// The errno of a guest id refused by `forbid-guest`.
@@ -294,6 +297,7 @@ impl UnionFs {
             negotiated: Default::default(),
             passthrough: Default::default(),
             lookup_memo: Default::default(),
+            dir_links: Default::default(),
             listings: readdir_snapshot::ListingBudget::new(MAX_LISTED_ENTRIES),
             node_listings: Default::default(),
         })

@@ -5,13 +5,15 @@
 use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Instant;
 
 use fuse_backend_rs::abi::fuse_abi::stat64;
 use fuse_backend_rs::api::filesystem::Entry;
 
 use super::branches::Root;
+use super::dir_links::{self, CopyStamp};
 use super::errno;
 pub(crate) use super::found::{check_name, join, present, split_parent, Found, Founds};
 pub(crate) use super::ino::ino_for;
@@ -110,6 +112,12 @@ impl Call<'_> {
             return;
         }
         let mut copies = Vec::new();
+        let mut stamps = smallvec::SmallVec::<[CopyStamp; 4]>::new();
+        stamps.push(CopyStamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink,
+        });
         for b in self
             .view()
             .branches
@@ -131,31 +139,34 @@ impl Call<'_> {
             if (o.st_ctime, o.st_ctime_nsec) > (st.st_ctime, st.st_ctime_nsec) {
                 (st.st_ctime, st.st_ctime_nsec) = (o.st_ctime, o.st_ctime_nsec);
             }
+            stamps.push(CopyStamp {
+                dev: o.st_dev,
+                ino: o.st_ino,
+                nlink: o.st_nlink,
+            });
             copies.push(fd);
         }
         if copies.is_empty() {
             return;
         }
-        let mut subdirs = std::collections::HashSet::new();
-        for dir in std::iter::once(bound.fd.as_fd()).chain(copies.iter().map(|d| d.as_fd())) {
-            let Ok(entries) = beneath::list_dir(dir) else {
-                return;
-            };
-            for e in entries {
-                let is_dir = match e.dtype {
-                    t if t == u32::from(libc::DT_DIR) => true,
-                    t if t == u32::from(libc::DT_UNKNOWN) => CString::new(e.name.clone())
-                        .ok()
-                        .and_then(|n| beneath::stat_at(dir, &n).ok())
-                        .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR),
-                    _ => false,
-                };
-                if is_dir {
-                    subdirs.insert(e.name);
-                }
-            }
+        if let Some(n) = dir_links::from_copies(&stamps) {
+            st.st_nlink = n;
+            return;
         }
-        st.st_nlink = 2 + subdirs.len() as u64;
+        let now = Instant::now();
+        if let Some(n) = self.dir_links.get(rel.to_bytes(), &stamps, now) {
+            st.st_nlink = n;
+            return;
+        }
+        let epoch = self.dir_links.epoch();
+        let dirs = std::iter::once(bound.fd.as_fd()).chain(copies.iter().map(|d| d.as_fd()));
+        let Some(subdirs) = distinct_subdirs(dirs) else {
+            return;
+        };
+        st.st_nlink = 2 + subdirs;
+        let window = self.view().opts.cache_attr;
+        self.dir_links
+            .keep(rel.to_bytes(), &stamps, st.st_nlink, (epoch, now, window));
     }
 
     /// The entry at `rel` as `func`'s (search) policy finds it.
@@ -473,4 +484,27 @@ mod tests {
         let (p, n) = split_parent(c"c");
         assert_eq!((p.as_bytes(), n.as_bytes()), (&b"."[..], &b"c"[..]));
     }
+}
+
+/// How many names are subdirectories in at least one of `dirs` (`O_PATH` descriptors of a
+/// directory's copies); `None` if one cannot be read.
+fn distinct_subdirs<'a>(dirs: impl Iterator<Item = BorrowedFd<'a>>) -> Option<u64> {
+    let mut subdirs = std::collections::HashSet::new();
+    for dir in dirs {
+        let entries = beneath::list_dir(dir).ok()?;
+        for e in entries {
+            let is_dir = match e.dtype {
+                t if t == u32::from(libc::DT_DIR) => true,
+                t if t == u32::from(libc::DT_UNKNOWN) => CString::new(e.name.clone())
+                    .ok()
+                    .and_then(|n| beneath::stat_at(dir, &n).ok())
+                    .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                _ => false,
+            };
+            if is_dir {
+                subdirs.insert(e.name);
+            }
+        }
+    }
+    Some(subdirs.len() as u64)
 }

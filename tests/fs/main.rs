@@ -20,6 +20,7 @@ mod budget;
 mod control;
 mod cow;
 mod creds;
+mod dir_links;
 mod lookup_memo;
 mod nodes;
 mod opendir;

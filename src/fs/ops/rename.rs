@@ -58,6 +58,8 @@ pub fn rename(
     fs.inodes.check_move(olddir, oldname, newdir)?;
     // A rename moves subtrees, and may park, clone or copy up on other branches.
     let _memo = fs.lookup_memo.changing_everywhere();
+    // A subdirectory renamed changes no link count: the counts kept from listings go.
+    let _links = fs.dir_links.renaming();
     let n = Names {
         old_rel: fs.inodes.child_path(olddir, oldname)?,
         new_rel: fs.inodes.child_path(newdir, newname)?,
