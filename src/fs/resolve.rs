@@ -461,6 +461,29 @@ impl Call<'_> {
     }
 }
 
+/// How many names are subdirectories in at least one of `dirs` (`O_PATH` descriptors of a
+/// directory's copies); `None` if one cannot be read.
+fn distinct_subdirs<'a>(dirs: impl Iterator<Item = BorrowedFd<'a>>) -> Option<u64> {
+    let mut subdirs = std::collections::HashSet::new();
+    for dir in dirs {
+        let entries = beneath::list_dir(dir).ok()?;
+        for e in entries {
+            let is_dir = match e.dtype {
+                t if t == u32::from(libc::DT_DIR) => true,
+                t if t == u32::from(libc::DT_UNKNOWN) => CString::new(e.name.clone())
+                    .ok()
+                    .and_then(|n| beneath::stat_at(dir, &n).ok())
+                    .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                _ => false,
+            };
+            if is_dir {
+                subdirs.insert(e.name);
+            }
+        }
+    }
+    Some(subdirs.len() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,27 +507,4 @@ mod tests {
         let (p, n) = split_parent(c"c");
         assert_eq!((p.as_bytes(), n.as_bytes()), (&b"."[..], &b"c"[..]));
     }
-}
-
-/// How many names are subdirectories in at least one of `dirs` (`O_PATH` descriptors of a
-/// directory's copies); `None` if one cannot be read.
-fn distinct_subdirs<'a>(dirs: impl Iterator<Item = BorrowedFd<'a>>) -> Option<u64> {
-    let mut subdirs = std::collections::HashSet::new();
-    for dir in dirs {
-        let entries = beneath::list_dir(dir).ok()?;
-        for e in entries {
-            let is_dir = match e.dtype {
-                t if t == u32::from(libc::DT_DIR) => true,
-                t if t == u32::from(libc::DT_UNKNOWN) => CString::new(e.name.clone())
-                    .ok()
-                    .and_then(|n| beneath::stat_at(dir, &n).ok())
-                    .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR),
-                _ => false,
-            };
-            if is_dir {
-                subdirs.insert(e.name);
-            }
-        }
-    }
-    Some(subdirs.len() as u64)
 }
