@@ -58,8 +58,11 @@ const HONOURED: &[&str] = &[
 ];
 
 /// Where a host mount's defaults are mergerfs's rather than virtiofsd's: extended attributes
-/// pass through (a guest asks once and remembers ENOSYS; on the host, tools expect xattrs).
-const MOUNT_DEFAULTS: &[(&str, &str)] = &[("xattr", "passthrough")];
+/// pass through (a guest asks once and remembers ENOSYS; on the host, tools expect xattrs),
+/// and the kernel keeps a file's pages when its mtime moves (no FUSE_AUTO_INVAL_DATA: a
+/// rewrite through the mount would otherwise read every block again after each write).
+const MOUNT_DEFAULTS: &[(&str, &str)] =
+    &[("xattr", "passthrough"), ("cache.auto_inval_data", "false")];
 
 /// The checked configuration of one host mount.
 #[derive(Clone, Debug)]
@@ -258,6 +261,23 @@ mod tests {
         assert!(!o.writeback);
         assert_eq!(o.cache_files, CacheFiles::AutoFull);
         assert_eq!(c.shared.notes.len(), 2, "{:?}", c.shared.notes);
+    }
+
+    #[test]
+    fn the_page_cache_survives_an_mtime_change_unless_asked() {
+        use clap::Parser;
+        let mount = |extra: &[&str]| {
+            let args = Args::try_parse_from(
+                ["union-virtiofsd", "--branch=/a"]
+                    .iter()
+                    .chain(extra)
+                    .copied(),
+            )
+            .unwrap();
+            MountConfig::new("/m".into(), &args).unwrap().shared.fs.opts
+        };
+        assert!(!mount(&[]).auto_inval_data, "mergerfs's default");
+        assert!(mount(&["-o", "cache.auto_inval_data=true"]).auto_inval_data);
     }
 
     #[test]

@@ -213,7 +213,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         s.opts.cache_readdir = boolean(v)?;
         Ok(())
     } },
-    OptionSpec { name: "cache.auto-inval-data", help: "true|false: the guest drops a file's cached pages when it sees the file's mtime change (FUSE_AUTO_INVAL_DATA; default true, for a share the host edits; mergerfs's default is false, where a file rewritten in place through the mount keeps its pages)", set: |s, v| {
+    OptionSpec { name: "cache.auto-inval-data", help: "true|false: the guest drops a file's cached pages when it sees the file's mtime change (FUSE_AUTO_INVAL_DATA; default true for a guest, for a share the host edits; false on a host mount, as mergerfs, where a file rewritten in place through the mount keeps its pages)", set: |s, v| {
         s.opts.auto_inval_data = boolean(v)?;
         Ok(())
     } },
