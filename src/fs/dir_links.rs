@@ -10,10 +10,11 @@
 //!   says nothing, and its copies are listed;
 //! - when at most one copy has subdirectories, the union has exactly that copy's: no listing;
 //! - a count from listings is reused only while every copy is the same directory (device,
-//!   inode) with the same link count, the daemon renamed no directory since, and within the
-//!   attribute window the guest is promised anyway (`cache.attr`): creating or removing a
-//!   subdirectory changes a link count, renaming one does not, so a rename on the host
-//!   shows in the count once the window ends (a rename through the daemon at once).
+//!   inode) with the same link count, the daemon renamed nothing since (any rename: it does
+//!   not stop to ask whether a directory moved), and within the attribute window the guest
+//!   is promised anyway (`cache.attr`): creating or removing a subdirectory changes a link
+//!   count, renaming one does not, so a rename on the host shows in the count once the
+//!   window ends (a rename through the daemon at once).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +55,8 @@ pub(crate) fn from_copies(copies: &[CopyStamp]) -> Option<u64> {
 #[derive(Default)]
 pub(crate) struct DirLinks {
     counts: Mutex<HashMap<Box<[u8]>, Counted>>,
-    /// Moved by every directory rename the daemon makes (before and after it): a count made
-    /// across one is not kept.
+    /// Moved by every rename the daemon makes (before and after it): a count made across one
+    /// is not kept.
     epoch: AtomicU64,
 }
 
@@ -113,8 +114,9 @@ impl DirLinks {
         );
     }
 
-    /// A guard for a directory rename: no count made across it is kept, and every count is
-    /// forgotten when it ends (a subdirectory changed name without changing a link count).
+    /// A guard for a rename (of anything: a subdirectory may change name without changing a
+    /// link count): no count made across it is kept, and every count is forgotten when it
+    /// ends.
     pub(crate) fn renaming(&self) -> Renaming<'_> {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         Renaming(self)
