@@ -67,8 +67,7 @@ mount_setup() {
         ;;
     esac
     daemon_pid=$!
-    for _ in $(seq 200); do mountpoint -q "$pool" && return 0; sleep 0.05; done
-    die "$1 did not mount (see $out/$1.log)"
+    wait_mount "$pool" "$daemon_pid" "$out/$1.log" "$1"
 }
 
 umount_setup() {

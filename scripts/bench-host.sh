@@ -86,8 +86,7 @@ mount_setup() {
         ;;
     esac
     daemon_pid=$!
-    for _ in $(seq 200); do mountpoint -q "$pool" && return 0; sleep 0.05; done
-    die "$who did not mount (see $out/$who.log)"
+    wait_mount "$pool" "$daemon_pid" "$out/$who.log" "$who"
 }
 
 umount_setup() {

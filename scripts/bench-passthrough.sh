@@ -69,14 +69,12 @@ dd if=/dev/zero of="$branch/f" bs=1M count="$mib" status=none
 "$bin" mount "$pool" --branch "$branch" -o "minfreespace=0,passthrough.io=rw" --log-level debug \
     >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 200); do mountpoint -q "$pool" && break; sleep 0.05; done
-mountpoint -q "$pool" || die "the daemon did not mount (log: $(cat "$work/daemon.log"))"
+wait_mount "$pool" "$daemon_pid" "$work/daemon.log" "the daemon"
 if [ -n "$mergerfs" ]; then
     "$mergerfs" -f -o "allow_other,minfreespace=0,cache.files=auto-full,passthrough.io=rw" \
         "$branch" "$mpool" >"$work/mergerfs.log" 2>&1 &
     mergerfs_pid=$!
-    for _ in $(seq 200); do mountpoint -q "$mpool" && break; sleep 0.05; done
-    mountpoint -q "$mpool" || die "mergerfs did not mount (log: $(cat "$work/mergerfs.log"))"
+    wait_mount "$mpool" "$mergerfs_pid" "$work/mergerfs.log" mergerfs
     log "$("$mergerfs" --version 2>&1 | head -1)"
 fi
 

@@ -94,6 +94,20 @@ wait_socket() {
     die "the daemon made no socket $socket"
 }
 
+# wait_mount POOL PID LOG WHO: waits (at most 10 s) until the FUSE server PID (WHO, for the
+# message) has mounted POOL; dies with its LOG if it exits first or never mounts it.
+wait_mount() {
+    local pool=$1 pid=$2 log=$3 who=$4 _
+    for _ in $(seq 200); do
+        mountpoint -q "$pool" && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    mountpoint -q "$pool" && return 0
+    cat "$log" >&2
+    die "$who did not mount $pool"
+}
+
 # cargo_out PROFILE: the directory of this workspace's PROFILE (debug, release) binaries and
 # examples. .cargo/config.toml names the host's target (for the static link), so cargo puts
 # them under target/<triple>/ (or $CARGO_TARGET_DIR/<triple>/).
@@ -350,9 +364,7 @@ mergerfs_mount() {
     mkdir -p "$pool"
     mergerfs -f -o allow_other,minfreespace=0 "$list" "$pool" >"$pool.mergerfs.log" 2>&1 &
     MERGERFS_PID=$!
-    for _ in $(seq 200); do mountpoint -q "$pool" && return 0; sleep 0.05; done
-    cat "$pool.mergerfs.log" >&2
-    die "mergerfs did not mount $pool"
+    wait_mount "$pool" "$MERGERFS_PID" "$pool.mergerfs.log" mergerfs
 }
 
 # proc_cpu PID: the CPU seconds (user + system) PID and the children it has waited for used.
