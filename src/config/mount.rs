@@ -82,6 +82,8 @@ pub struct MountConfig {
     /// Whether the daemon mounts with mount(2) itself (it has CAP_SYS_ADMIN: root) rather than
     /// through fusermount3 (an ordinary user).
     pub privileged: bool,
+    /// Threads reading /dev/fuse (each with its own clone of the device): see [`readers`].
+    pub readers: usize,
 }
 
 impl MountConfig {
@@ -115,10 +117,32 @@ impl MountConfig {
             log_level: shared.log_level,
             rlimit_nofile: args.rlimit_nofile,
             config_file: args.config.clone(),
+            readers: readers(args.thread_pool_size, cpus()),
             shared,
             privileged,
         })
     }
+}
+
+/// Readers per CPU when `--thread-pool-size` does not say: a reader is a thread asleep in
+/// read(2) on its own clone of /dev/fuse, and the kernel hands each request to the one that
+/// has waited longest. With one per CPU (at least 2) bonnie++'s random creates and stats ran
+/// behind mergerfs 2.33's; with 4 per CPU they do not (measured in docs/src/host-mount.md,
+/// "Readers").
+const READERS_PER_CPU: usize = 4;
+
+/// How many threads read /dev/fuse: `--thread-pool-size` if given (at least 2: one may wait in
+/// a blocking request such as a lock while the other serves), otherwise [`READERS_PER_CPU`]
+/// per CPU.
+fn readers(thread_pool_size: Option<usize>, cpus: usize) -> usize {
+    thread_pool_size
+        .unwrap_or(READERS_PER_CPU * cpus)
+        .clamp(2, crate::config::MAX_THREAD_POOL_SIZE)
+}
+
+/// The CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// mergerfs's rules for `passthrough.io`: the kernel refuses passthrough with the writeback
@@ -243,6 +267,17 @@ mod tests {
         assert_eq!(o.fsname, "pool");
         assert!(mount_options(&given(&[("fsname", "a b")]), false, true).is_err());
         assert!(mount_options(&given(&[("allow-other", "maybe")]), false, true).is_err());
+    }
+
+    #[test]
+    fn readers_per_cpu_unless_the_pool_size_is_given() {
+        assert_eq!(readers(None, 2), 8);
+        assert_eq!(readers(None, 1), 4);
+        assert_eq!(readers(Some(3), 64), 3);
+        // One reader could sit in a blocking lock request with nobody left to serve.
+        assert_eq!(readers(Some(0), 2), 2);
+        assert_eq!(readers(Some(1), 2), 2);
+        assert_eq!(readers(None, 1000), crate::config::MAX_THREAD_POOL_SIZE);
     }
 
     #[test]

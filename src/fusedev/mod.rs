@@ -178,7 +178,7 @@ pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Err
     let ctl_path = ctl.as_ref().and(shared.ctl_socket.clone());
     let _remove_ctl = RemoveOnDrop(ctl_path);
     let started = (|| {
-        let readers = shared.thread_pool_size.max(2);
+        let readers = cfg.readers;
         let fds = mounted.clones(readers - 1)?;
         reload.catch().map_err(start("catch SIGHUP"))?;
         if let Some(r) = &ready {

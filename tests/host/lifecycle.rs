@@ -1,5 +1,6 @@
 //! The mount's life cycle: `umount` ends the daemon with status 0; SIGTERM and SIGINT detach
-//! the mount and end it with 0; a lazy unmount with files open lets them be read until closed.
+//! the mount and end it with 0; a lazy unmount with files open lets them be read until closed;
+//! the number of threads reading /dev/fuse.
 
 use std::io::Read;
 use std::time::Duration;
@@ -109,4 +110,40 @@ fn the_control_socket_and_sighup_reach_the_mount() {
     }
     assert_eq!(m.unmount(false), 0, "{}", m.log());
     assert!(!sock.exists(), "the control socket is left behind");
+}
+
+/// The threads named `fuse-N` (the /dev/fuse readers) of daemon `pid`, once there are
+/// `expected` of them or 10 s passed (the daemon starts them after the mount is served).
+fn readers(pid: u32, expected: usize) -> usize {
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).is_ok_and(|c| c.starts_with("fuse-"))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut n = count();
+    while n < expected && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+        n = count();
+    }
+    n
+}
+
+#[test]
+fn four_readers_per_cpu_unless_the_pool_size_says() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let a = Tmpfs::new("16M");
+    let mut m = HostMount::new(&[a.path()], crate::ops::SMALL);
+    let want = (4 * cpus).min(1024);
+    assert_eq!(readers(m.pid(), want), want, "{}", m.log());
+    assert_eq!(m.unmount(false), 0, "{}", m.log());
+    let mut args = crate::ops::SMALL.to_vec();
+    args.extend(["--thread-pool-size", "3"]);
+    let mut m = HostMount::new(&[a.path()], &args);
+    assert_eq!(readers(m.pid(), 3), 3, "{}", m.log());
+    assert_eq!(m.unmount(false), 0, "{}", m.log());
 }
