@@ -277,7 +277,7 @@ pub struct Args {
 
     /// Worker threads for costly requests (large reads, namespace changes…; cheap ones are
     /// served on the queue thread) (default: number of CPUs); 0 serves everything on the queue
-    /// thread.
+    /// thread. `mount`: the threads reading /dev/fuse (default: 4 per CPU; at least 2).
     #[arg(hide_short_help = true, long, value_name = "N")]
     pub thread_pool_size: Option<usize>,
 

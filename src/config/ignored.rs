@@ -53,8 +53,8 @@ const fn k(name: &'static str, why: &'static str) -> IgnoredSpec {
 
 const KERNEL_MOUNT: &str = "the guest mounts the share with its own options; ignored";
 const NOTHING: &str = "does nothing in mergerfs either; ignored";
-const THREADS: &str =
-    "one thread per request queue plus --thread-pool-size serve requests; ignored";
+const THREADS: &str = "one thread per request queue plus --thread-pool-size serve requests (a \
+     host mount: --thread-pool-size readers, default 4 per CPU); ignored";
 const SPLICE: &str = "data moves through guest memory, there is no /dev/fuse to splice; ignored";
 const NODES: &str =
     "nodes live until the guest forgets them, and export uses file handles; ignored";

@@ -577,6 +577,66 @@ fn create_of_an_existing_name_opens_it_unless_exclusive() {
     assert_eq!(w.0, b"from a");
 }
 
+/// On one branch the daemon does not look for a name before making it: the creation says
+/// EEXIST, and open(2) without O_EXCL still opens what exists, before the create policy
+/// could refuse (a read-only or full branch).
+#[test]
+fn on_one_branch_an_existing_name_is_eexist_or_opened() {
+    let rw = Tmpfs::new("16M");
+    let ro = Tmpfs::new("16M");
+    for dir in [rw.path(), ro.path()] {
+        fs::write(dir.join("f"), "on the host").unwrap();
+    }
+    let args = |flags: i32| CreateIn {
+        flags: flags as u32,
+        mode: 0o644,
+        umask: 0,
+        fuse_flags: 0,
+    };
+    let opened = |fs: &UnionFs| {
+        let (e, fh, _, _) = fs
+            .create(&ctx(), ROOT_ID, &c("f"), args(libc::O_RDONLY))
+            .unwrap();
+        let mut w = VecWriter::default();
+        fs.read(&ctx(), e.inode, fh.unwrap(), &mut w, 100, 0, None, 0)
+            .unwrap();
+        w.0
+    };
+    let plain = union_with(&[(rw.path(), "RW")], "minfreespace=1M");
+    let full = union_with(&[(rw.path(), "RW")], "minfreespace=1G");
+    let read_only = union_with(&[(ro.path(), "RO")], "minfreespace=1M");
+    let cases = [
+        (&plain, "g1", 0),
+        (&full, "g2", libc::ENOSPC),
+        (&read_only, "g3", libc::EROFS),
+    ];
+    for (fs, new, refused) in cases {
+        assert_eq!(
+            errno_of(fs.create(&ctx(), ROOT_ID, &c("f"), args(libc::O_RDWR | libc::O_EXCL))),
+            libc::EEXIST
+        );
+        assert_eq!(opened(fs), b"on the host");
+        let made = fs.create(&ctx(), ROOT_ID, &c(new), args(libc::O_RDWR));
+        assert_eq!(
+            made.err().and_then(|e| e.raw_os_error()).unwrap_or(0),
+            refused
+        );
+    }
+    assert_eq!(
+        errno_of(plain.mkdir(&ctx(), ROOT_ID, &c("f"), 0o755, 0)),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno_of(plain.symlink(&ctx(), &c("t"), ROOT_ID, &c("f"))),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno_of(plain.mknod(&ctx(), ROOT_ID, &c("f"), libc::S_IFREG | 0o644, 0, 0)),
+        libc::EEXIST
+    );
+    assert_eq!(fs::read(rw.path().join("f")).unwrap(), b"on the host");
+}
+
 #[test]
 fn statfs_sums_distinct_filesystems_once() {
     let big = Tmpfs::new("64M");

@@ -108,10 +108,18 @@ fn prepare(
 ) -> io::Result<(CString, crate::fs::resolve::Founds)> {
     check_name(name)?;
     let rel = fs.inodes.child_path(parent, name)?;
-    if fs.exists_anywhere(&rel) {
+    // On a single branch without copy-on-write the creation itself answers EEXIST (O_EXCL,
+    // mkdirat, symlinkat, mknodat, a label's RENAME_NOREPLACE): no look first.
+    let alone = fs.view().branches.len() == 1 && !fs.view().opts.cow;
+    if !alone && fs.exists_anywhere(&rel) {
         return Err(errno(libc::EEXIST));
     }
-    let targets = fs.create_targets(func, &fs.inodes.path(parent)?)?;
+    let targets = match fs.create_targets(func, &fs.inodes.path(parent)?) {
+        // An existing name is EEXIST before any refusal of the policy (EROFS, ENOSPC), as it
+        // was when looked for first: open(2) without O_EXCL then opens it.
+        Err(_) if alone && fs.exists_anywhere(&rel) => return Err(errno(libc::EEXIST)),
+        r => r?,
+    };
     Ok((rel, targets))
 }
 
@@ -238,26 +246,26 @@ pub fn create(
     let flags = host_open_flags(fs, args.flags);
     let new = NewEntry::of_request(fs, args.umask);
     let _memo = fs.lookup_memo.changing_in(parent);
-    let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
-        Err(e)
-            if e.raw_os_error() == Some(libc::EEXIST) && args.flags & libc::O_EXCL as u32 == 0 =>
-        {
-            let entry = crate::fs::ops::lookup::lookup(fs, parent, name)?;
-            return match open(fs, ctx, entry.inode, args.flags, args.fuse_flags) {
-                Ok((fh, opts, p)) => Ok((entry, fh, opts, p)),
-                Err(e) => {
-                    fs.inodes.forget(entry.inode, 1);
-                    Err(e)
-                }
-            };
+    // The name exists after all (the guest's view was stale): without O_EXCL, open(2) opens it.
+    let existing = |e: io::Error| {
+        if e.raw_os_error() != Some(libc::EEXIST) || args.flags & libc::O_EXCL as u32 != 0 {
+            return Err(e);
         }
-        r => {
-            let (rel, mut targets) = r?;
-            (rel, targets.swap_remove(0))
+        let entry = crate::fs::ops::lookup::lookup(fs, parent, name)?;
+        match open(fs, ctx, entry.inode, args.flags, args.fuse_flags) {
+            Ok((fh, opts, p)) => Ok((entry, fh, opts, p)),
+            Err(e) => {
+                fs.inodes.forget(entry.inode, 1);
+                Err(e)
+            }
         }
     };
+    let (rel, dir) = match prepare(fs, Func::Create, parent, name) {
+        Err(e) => return existing(e),
+        Ok((rel, mut targets)) => (rel, targets.swap_remove(0)),
+    };
     fs.check_handle_room()?;
-    let (fd, _) = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
+    let made = fs.make_entry(ctx, dir.fd.as_fd(), name, || {
         make_labelled(fs, dir.fd.as_fd(), name, &new, |n| {
             beneath::open_beneath(
                 dir.fd.as_fd(),
@@ -266,7 +274,11 @@ pub fn create(
                 Mode::from_raw_mode(args.mode & 0o7777),
             )
         })
-    })?;
+    });
+    let (fd, _) = match made {
+        Ok(m) => m,
+        Err(e) => return existing(e),
+    };
     let st = beneath::stat_fd(fd.as_fd())?;
     // The node keeps an O_PATH descriptor of the new file, not the open one.
     let node_fd = beneath::open_path(dir.fd.as_fd(), name)?;
