@@ -82,7 +82,8 @@ pub struct MountConfig {
     /// Whether the daemon mounts with mount(2) itself (it has CAP_SYS_ADMIN: root) rather than
     /// through fusermount3 (an ordinary user).
     pub privileged: bool,
-    /// Threads reading /dev/fuse (each with its own clone of the device): see [`readers`].
+    /// Threads reading /dev/fuse (each with its own clone of the device): `--thread-pool-size`,
+    /// or 4 per CPU (at least 2).
     pub readers: usize,
 }
 
