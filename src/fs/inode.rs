@@ -815,23 +815,44 @@ mod tests {
                 .unwrap()
             })
             .collect();
-        // k3 is open, k0 was closed by the limit.
-        assert!(is_open(&t, ids[3]) && !is_open(&t, ids[0]));
+        // k3 is open, k0 and k1 were closed by the limit.
+        assert!(is_open(&t, ids[3]) && !is_open(&t, ids[0]) && !is_open(&t, ids[1]));
+        let fd = some_fd();
+        let on = |b| (BranchId::from_raw(b), &fd);
         assert_eq!(
-            t.lookup_known(ROOT_ID, c"k3", (1, 503), Rebind::Yes),
+            t.lookup_known(ROOT_ID, c"k3", (1, 503), on(0), Rebind::Yes),
             Some(ids[3])
         );
-        assert_eq!(t.lookup_known(ROOT_ID, c"k0", (1, 500), Rebind::Yes), None);
         assert_eq!(
-            t.lookup_known(ROOT_ID, c"k0", (1, 500), Rebind::No),
+            t.lookup_known(ROOT_ID, c"k0", (1, 500), on(0), Rebind::No),
             Some(ids[0])
         );
         assert!(!is_open(&t, ids[0]), "left closed");
-        assert_eq!(t.lookup_known(ROOT_ID, c"k3", (1, 999), Rebind::No), None);
-        assert_eq!(t.lookup_known(ROOT_ID, c"nope", (1, 503), Rebind::No), None);
-        // Each answer was one more reference: two forgets each free k0 and k3.
+        // Found on another branch than it was bound to: the full lookup binds it.
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"k0", (1, 500), on(1), Rebind::Yes),
+            None
+        );
+        // On its own branch it takes the lookup's descriptor back.
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"k0", (1, 500), on(0), Rebind::Yes),
+            Some(ids[0])
+        );
+        match t.bound(ids[0]) {
+            Some(Bound::Open(_, held)) => assert!(Arc::ptr_eq(&held, &fd)),
+            _ => panic!("k0 is not open"),
+        }
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"k3", (1, 999), on(0), Rebind::No),
+            None
+        );
+        assert_eq!(
+            t.lookup_known(ROOT_ID, c"nope", (1, 503), on(0), Rebind::No),
+            None
+        );
+        // Each answer was one more reference: k3 twice, k0 three times.
         t.forget(ids[3], 1);
-        t.forget(ids[0], 1);
+        t.forget(ids[0], 2);
         assert!(t.bound(ids[3]).is_some() && t.bound(ids[0]).is_some());
         t.forget(ids[3], 1);
         t.forget(ids[0], 1);

@@ -427,9 +427,12 @@ impl Call<'_> {
     ) -> io::Result<Entry> {
         let st = self.shown(f, rel);
         let key = (f.st.st_dev, f.st.st_ino);
-        // A name the table already gives this object needs no binding (no file handle made,
-        // no descriptor passed): the usual case of a guest revalidating or relisting.
-        let inode = match self.inodes.lookup_known(parent, name, key, rebind) {
+        // A name the table already gives this object needs no binding (no file handle made):
+        // the usual case of a guest revalidating or relisting, its node open or closed.
+        let inode = match self
+            .inodes
+            .lookup_known(parent, name, key, (f.branch, &f.fd), rebind)
+        {
             Some(id) => id,
             None => self
                 .inodes

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{err, Bind, Entry, Inner, InodeTable, Key, NameRef, Node, Rebind, ROOT_ID};
+use crate::fs::BranchId;
 use crate::sync::RwRecover;
 
 impl Inner {
@@ -154,22 +155,43 @@ impl InodeTable {
         Some((id, inner.nodes.get(&id)?.key?))
     }
 
-    /// [`InodeTable::lookup`] when `parent/name` already names the node of object `key` and
-    /// the lookup would not bind it (it is open, or `rebind` is [`Rebind::No`]): one more
-    /// guest reference, and its node. `None` otherwise, for the full lookup.
-    pub fn lookup_known(&self, parent: u64, name: &CStr, key: Key, rebind: Rebind) -> Option<u64> {
+    /// [`InodeTable::lookup`] when `parent/name` already names the node of object `key`
+    /// found on `branch` as `fd`: one more guest reference, and its node. A node the table
+    /// closed takes `fd` back if `rebind` says so and it was bound on `branch` (the same
+    /// object there: its file handle stays, none is made again). `None` otherwise, for the
+    /// full lookup.
+    pub fn lookup_known(
+        &self,
+        parent: u64,
+        name: &CStr,
+        key: Key,
+        found: (BranchId, &Arc<OwnedFd>),
+        rebind: Rebind,
+    ) -> Option<u64> {
+        // Descriptors the trim closes are dropped after the table is let go.
+        let mut closed = Vec::new();
         let mut inner = self.inner.writing();
         if self.panic_on.as_deref() == Some(name) {
             return None;
         }
         let id = *inner.names.get(&NameRef(parent, name))?;
         let n = inner.nodes.get_mut(&id)?;
-        let closed = n.bound.as_ref().is_none_or(|h| h.fd.is_none());
-        if n.key != Some(key) || (rebind == Rebind::Yes && closed) {
+        if n.key != Some(key) {
             return None;
         }
+        match n.bound.as_mut() {
+            Some(h) if h.fd.is_some() => {}
+            _ if rebind == Rebind::No => {}
+            Some(h) if h.branch == found.0 => {
+                h.fd = Some(found.1.clone());
+                inner.open.insert(id);
+            }
+            _ => return None,
+        }
+        let n = inner.nodes.get_mut(&id)?;
         n.lookups += 1;
         inner.touch(id, self.tick());
+        inner.trim(&mut closed);
         Some(id)
     }
 
