@@ -91,7 +91,7 @@ impl Call<'_> {
 
     /// Directory `parent` on the writable layer the create policy picks (cloned there from
     /// the base if missing), with a descriptor of it.
-    fn upper_dir(&self, parent: &CStr) -> io::Result<(Found, std::os::fd::OwnedFd)> {
+    fn upper_dir(&self, parent: &CStr) -> io::Result<(Found, super::found::DirFd)> {
         let dir = self
             .create_targets(Func::Create, parent)?
             .into_iter()

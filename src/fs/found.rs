@@ -5,11 +5,12 @@
 use crate::fs::BranchId;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::stat64;
 
+use super::branches::Root;
 use super::errno;
 
 /// The copies a policy chose (usually one, kept inline).
@@ -24,6 +25,24 @@ pub(crate) struct Found {
     pub fd: Arc<OwnedFd>,
     /// Its host attributes.
     pub st: stat64,
+}
+
+/// A directory's `O_PATH` descriptor on one branch: the branch root's own (no system call
+/// to have it) or one opened for a directory beneath it.
+pub(crate) enum DirFd {
+    /// The branch root.
+    Root(Arc<Root>),
+    /// A directory beneath the root.
+    Opened(OwnedFd),
+}
+
+impl AsFd for DirFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Root(r) => r.as_fd(),
+            DirFd::Opened(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// `r` as "found or not", keeping real failures as errors.

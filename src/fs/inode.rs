@@ -307,7 +307,10 @@ impl Inner {
         const RELEASE_EVERY: usize = 256;
         let cap = self.nodes.capacity();
         if cap <= FLOOR || self.nodes.len() * 4 > cap {
-            if self.freed < RELEASE_EVERY {
+            // A walk of the whole heap costs as much as the heap is large: not before as
+            // many nodes went as are left (a steady create-and-delete load at 65,536 files
+            // trims a dozen times, not 256).
+            if self.freed < RELEASE_EVERY.max(self.nodes.len()) {
                 return false;
             }
             self.freed = 0;

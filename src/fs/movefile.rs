@@ -87,7 +87,7 @@ impl Call<'_> {
 
 /// Creates a new hidden file in `dir` (never an existing one: `O_EXCL` with a random name that
 /// stays short whatever the original's length) and returns it with its name.
-fn create_temp(dir: &OwnedFd, purpose: &str, mode: u32) -> io::Result<(CString, OwnedFd)> {
+fn create_temp(dir: &impl AsFd, purpose: &str, mode: u32) -> io::Result<(CString, OwnedFd)> {
     for _ in 0..16 {
         let name =
             CString::new(format!(".uvfs.{purpose}.{:016x}", fastrand::u64(..))).expect("no NUL");
@@ -111,7 +111,7 @@ fn create_temp(dir: &OwnedFd, purpose: &str, mode: u32) -> io::Result<(CString, 
 pub(crate) fn copy_to_temp(
     src_path: &OwnedFd,
     st: &libc::stat64,
-    dir: &OwnedFd,
+    dir: &impl AsFd,
     purpose: &str,
 ) -> io::Result<CString> {
     let src = beneath::reopen(src_path.as_fd(), OFlags::RDONLY)?;

@@ -15,7 +15,7 @@ use fuse_backend_rs::api::filesystem::Entry;
 use super::branches::Root;
 use super::dir_links::{self, CopyStamp};
 use super::errno;
-pub(crate) use super::found::{check_name, join, present, split_parent, Found, Founds};
+pub(crate) use super::found::{check_name, join, present, split_parent, DirFd, Found, Founds};
 pub(crate) use super::ino::ino_for;
 use super::inode::Rebind;
 use super::probe::OpeningProbe;
@@ -318,17 +318,24 @@ impl Call<'_> {
         Ok(Some(found))
     }
 
-    /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts).
-    pub(crate) fn dir_on(&self, branch: BranchId, rel: &CStr) -> io::Result<OwnedFd> {
+    /// The `O_PATH` descriptor of directory `rel` on `branch` (a followed symlink counts):
+    /// the root's own for `.`, otherwise one opened (one system call where no symlink is
+    /// involved).
+    pub(crate) fn dir_on(&self, branch: BranchId, rel: &CStr) -> io::Result<DirFd> {
+        if rel.to_bytes() == b"." {
+            return self.root(branch).map(DirFd::Root);
+        }
         // Without copy-on-write layers, a directory opened by its path is all a lookup would
-        // find; anything else (a symlink to follow, a failure) takes the lookup's way.
+        // find; a symlink to follow (ENOTDIR, ELOOP) or another failure takes the lookup's
+        // way, but a missing path is missing there too.
         if !self.with_view(|v| v.opts.cow) {
-            if let Ok(fd) = self.open_on(branch, rel) {
-                if beneath::stat_fd(fd.as_fd())
-                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-                {
-                    return Ok(fd);
-                }
+            let opened = self.with_root(branch, |r| {
+                beneath::open_dir_path_with(r.as_fd(), rel, self.resolve)
+            })?;
+            match opened {
+                Ok(fd) => return Ok(DirFd::Opened(fd)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(e),
+                Err(_) => {}
             }
         }
         let Some(Found { fd, st, .. }) = self.find_on(branch, rel) else {
@@ -338,7 +345,9 @@ impl Call<'_> {
             return Err(errno(libc::ENOTDIR));
         }
         // Freshly opened, so this is the only reference.
-        Arc::try_unwrap(fd).or_else(|fd| fd.try_clone())
+        Arc::try_unwrap(fd)
+            .or_else(|fd| fd.try_clone())
+            .map(DirFd::Opened)
     }
 
     /// The union inode number for a host entry: directories (which merge across branches) by

@@ -42,6 +42,23 @@ pub fn open_path_with(
     )?)
 }
 
+/// Opens directory `rel` beneath `root` as an `O_PATH` descriptor (ENOTDIR for anything
+/// else, a symlink included: its last component is never followed).
+pub fn open_dir_path_with(
+    root: BorrowedFd<'_>,
+    rel: &CStr,
+    resolve: ResolveFlags,
+) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat2(
+        root,
+        rel,
+        flags,
+        Mode::empty(),
+        resolve,
+    )?)
+}
+
 /// Resolve flags that follow symlinks but keep every step inside the root.
 pub const RESOLVE_IN_ROOT: ResolveFlags = ResolveFlags::IN_ROOT.union(ResolveFlags::NO_MAGICLINKS);
 

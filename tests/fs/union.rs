@@ -788,3 +788,95 @@ fn a_running_program_is_not_truncated_by_a_read_only_open() {
             .unwrap();
     }
 }
+
+/// UNLINK and RMDIR under the default action policy (epall) answer as the policy's choice
+/// would: every writable copy goes, a name only RO copies hold is EROFS, a missing one ENOENT,
+/// a parent missing on some branches is no failure, and the host's own answers (ENOTEMPTY,
+/// EISDIR, ENOTDIR) come back. On one branch, at the root and beneath it alike.
+#[test]
+fn removal_takes_every_writable_copy_and_answers_as_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let [a, b, c2] = ["a", "b", "c"].map(|n| {
+        let p = t.path().join(n);
+        fs::create_dir(&p).unwrap();
+        p
+    });
+    for br in [&a, &b, &c2] {
+        fs::create_dir(br.join("d")).unwrap();
+        fs::write(br.join("d/x"), "x").unwrap();
+    }
+    fs::create_dir(c2.join("only_c")).unwrap();
+    fs::write(c2.join("only_c/z"), "z").unwrap();
+    fs::write(b.join("d/ro"), "ro").unwrap();
+    let three = union(&[(&a, "RW"), (&b, "RO"), (&c2, "RW")]);
+    let d = walk(&three, "d").unwrap();
+    three.unlink(&ctx(), d.inode, &c("x")).unwrap();
+    assert!(!a.join("d/x").exists() && !c2.join("d/x").exists());
+    assert!(b.join("d/x").exists());
+    // Only the RO copy is left: it shows, and cannot be removed.
+    let x = walk(&three, "d/x").unwrap();
+    assert_eq!(read_file(&three, x.inode).unwrap(), b"x");
+    assert_eq!(
+        errno_of(three.unlink(&ctx(), d.inode, &c("x"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(three.unlink(&ctx(), d.inode, &c("ro"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(three.unlink(&ctx(), d.inode, &c("no"))),
+        libc::ENOENT
+    );
+    // The parent is on the last branch only.
+    let only_c = walk(&three, "only_c").unwrap();
+    three.unlink(&ctx(), only_c.inode, &c("z")).unwrap();
+    assert!(!c2.join("only_c/z").exists());
+    three.rmdir(&ctx(), ROOT_ID, &c("only_c")).unwrap();
+    assert!(!c2.join("only_c").exists());
+    assert_eq!(
+        errno_of(three.rmdir(&ctx(), ROOT_ID, &c("d"))),
+        libc::ENOTEMPTY
+    );
+
+    let one = tempfile::tempdir().unwrap();
+    fs::create_dir_all(one.path().join("sub/full")).unwrap();
+    fs::write(one.path().join("sub/full/f"), "f").unwrap();
+    fs::write(one.path().join("top"), "t").unwrap();
+    fs::write(one.path().join("sub/f"), "f").unwrap();
+    let rw = union(&[(one.path(), "RW")]);
+    let ro = union(&[(one.path(), "RO")]);
+    let sub = walk(&rw, "sub").unwrap();
+    let ro_sub = walk(&ro, "sub").unwrap();
+    assert_eq!(errno_of(ro.unlink(&ctx(), ROOT_ID, &c("top"))), libc::EROFS);
+    assert_eq!(
+        errno_of(ro.unlink(&ctx(), ro_sub.inode, &c("f"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(ro.unlink(&ctx(), ro_sub.inode, &c("no"))),
+        libc::ENOENT
+    );
+    assert_eq!(errno_of(ro.rmdir(&ctx(), ROOT_ID, &c("sub"))), libc::EROFS);
+    assert_eq!(
+        errno_of(rw.rmdir(&ctx(), ROOT_ID, &c("sub"))),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(
+        errno_of(rw.unlink(&ctx(), ROOT_ID, &c("sub"))),
+        libc::EISDIR
+    );
+    assert_eq!(
+        errno_of(rw.rmdir(&ctx(), ROOT_ID, &c("top"))),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        errno_of(rw.unlink(&ctx(), sub.inode, &c("no"))),
+        libc::ENOENT
+    );
+    assert_eq!(snapshot(one.path()).len(), 5);
+    rw.unlink(&ctx(), ROOT_ID, &c("top")).unwrap();
+    rw.unlink(&ctx(), sub.inode, &c("f")).unwrap();
+    assert!(!one.path().join("top").exists() && !one.path().join("sub/f").exists());
+    assert_eq!(errno_of(walk(&rw, "sub/f")), libc::ENOENT);
+}

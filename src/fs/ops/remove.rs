@@ -10,7 +10,7 @@ use crate::fs::call::Call;
 use crate::fs::caller::Groups;
 use crate::fs::errno;
 use crate::fs::options::Func;
-use crate::fs::resolve::check_name;
+use crate::fs::resolve::{check_name, present};
 use crate::sys::beneath;
 use crate::union::ErrnoFold;
 use fuse_backend_rs::api::filesystem::Context;
@@ -39,17 +39,24 @@ pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool)
         fs.check_union_empty(&rel, 2)?;
     }
     let func = if dir { Func::Rmdir } else { Func::Unlink };
-    let copies = fs.action(func, &rel)?;
-    let kept = fs.keep_open_found(parent, name, &copies);
-    let mut fold = ErrnoFold::new();
-    for f in copies {
-        let r = fs.dir_on(f.branch, &parent_rel).and_then(|d| {
-            fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
-                Ok(rustix::fs::unlinkat(&d, name, flags)?)
-            })
-        });
-        fold.add(&r);
-    }
+    let (kept, fold) =
+        if fs.with_view(|v| v.opts.policies.get(func).every_existing(func.category())) {
+            let kept = fs.keep_open(parent, name);
+            (kept, remove_each(fs, ctx, &parent_rel, name, func, flags)?)
+        } else {
+            let copies = fs.action(func, &rel)?;
+            let kept = fs.keep_open_found(parent, name, &copies);
+            let mut fold = ErrnoFold::new();
+            for f in copies {
+                let r = fs.dir_on(f.branch, &parent_rel).and_then(|d| {
+                    fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
+                        Ok(rustix::fs::unlinkat(&d, name, flags)?)
+                    })
+                });
+                fold.add(&r);
+            }
+            (kept, fold)
+        };
     // A copy that went is gone whatever the answer: the guest must look the name up again.
     if fold.result().is_ok() {
         fs.unlinked(parent, name, kept);
@@ -58,6 +65,69 @@ pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool)
     }
     fold.result_all()?;
     Ok(())
+}
+
+/// Removal under an action policy that takes every usable branch holding the name (`epall`,
+/// the default, and `all`), as [`Call::action`] would choose them but in one pass: each
+/// branch's parent is opened (the root's own descriptor for a top-level name), the name looked
+/// for there with one `fstatat` (none on a single writable branch, whose `unlinkat` answers
+/// ENOENT itself) and removed. Nothing found on a usable branch: EROFS if an unusable (RO)
+/// branch holds it, otherwise ENOENT or the failure met while looking.
+fn remove_each(
+    fs: &Call<'_>,
+    ctx: &Context,
+    parent_rel: &CStr,
+    name: &CStr,
+    func: Func,
+    flags: AtFlags,
+) -> io::Result<ErrnoFold> {
+    let view = fs.view();
+    let alone = view.branches.len() == 1;
+    let mut fold = ErrnoFold::new();
+    let mut tried = false;
+    let mut refused = false;
+    let mut failure = None;
+    for (pos, info) in view.branches.infos().iter().enumerate() {
+        let d = match present(fs.dir_on(view.branches.id_at(pos), parent_rel)) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                failure.get_or_insert(e);
+                continue;
+            }
+        };
+        let usable = func.category().allows(info.mode);
+        if !alone || !usable {
+            match present(beneath::stat_at(d.as_fd(), name)) {
+                Ok(Some(_)) if usable => {}
+                Ok(Some(_)) => {
+                    refused = true;
+                    continue;
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            }
+        }
+        let r = fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
+            Ok(rustix::fs::unlinkat(&d, name, flags)?)
+        });
+        if alone && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENOENT)) {
+            continue;
+        }
+        tried = true;
+        fold.add(&r);
+    }
+    if !tried {
+        return Err(match failure {
+            _ if refused => errno(libc::EROFS),
+            Some(e) => e,
+            None => errno(libc::ENOENT),
+        });
+    }
+    Ok(fold)
 }
 
 /// Copy-on-write removal: the copies on RW branches go (a directory's whiteouts first), and a
