@@ -483,14 +483,15 @@ impl InodeTable {
 
     /// Drops `count` guest references to `id`; frees it (and parents that become unused).
     /// Unknown ids and over-large counts are ignored: the guest cannot make the table negative.
-    pub fn forget(&self, id: u64, count: u64) {
+    /// True if the allocator was then asked to give its free memory back.
+    pub fn forget(&self, id: u64, count: u64) -> bool {
         if id == ROOT_ID {
-            return;
+            return false;
         }
         let release = {
             let mut inner = self.inner.writing();
             let Some(n) = inner.nodes.get_mut(&id) else {
-                return;
+                return false;
             };
             n.lookups = n.lookups.saturating_sub(count);
             inner.reap(id);
@@ -499,6 +500,7 @@ impl InodeTable {
         if release {
             crate::sys::mem::release_free();
         }
+        release
     }
 
     /// How `id` holds its object, if it is bound to one (and it counts as used now).
@@ -706,6 +708,41 @@ mod tests {
         drop(inner);
         // The nodes kept still resolve.
         assert!(t.bound(ids[19_950]).is_some());
+    }
+
+    #[test]
+    fn freed_memory_goes_back_a_few_times_per_halving_and_at_the_end() {
+        let t = InodeTable::new();
+        let fd = some_fd();
+        let ids: Vec<u64> = (0..16_384u64)
+            .map(|i| {
+                let name = CString::new(format!("f{i}")).unwrap();
+                let b = Bind {
+                    fd: fd.clone(),
+                    ..bind(100 + i, false)
+                };
+                t.lookup(ROOT_ID, &name, b, Rebind::Yes, usize::MAX)
+                    .unwrap()
+            })
+            .collect();
+        let released: Vec<usize> = ids
+            .iter()
+            .enumerate()
+            .filter(|(_, id)| t.forget(**id, 1))
+            .map(|(i, _)| i)
+            .collect();
+        // Every 256 nodes would be 64 walks of the heap; as many as are left, about one per
+        // halving of the table (and one per shrink of its maps).
+        assert!(
+            (4..=16).contains(&released.len()),
+            "released after {released:?}"
+        );
+        assert!(released[0] >= 4_096, "released after {released:?}");
+        // The last nodes' memory goes back too.
+        assert!(
+            *released.last().unwrap() >= 16_384 - 256,
+            "released after {released:?}"
+        );
     }
 
     #[test]

@@ -64,12 +64,12 @@ impl Filesystem for UnionFs {
     }
 
     fn forget(&self, _req: Req<'_, '_, Self>, inode: u64, count: u64) {
-        self.inodes.forget(inode, count)
+        self.inodes.forget(inode, count);
     }
 
     fn batch_forget(&self, _req: Req<'_, '_, Self>, requests: Vec<(u64, u64)>) {
         for (inode, count) in requests {
-            self.inodes.forget(inode, count)
+            self.inodes.forget(inode, count);
         }
     }
 
