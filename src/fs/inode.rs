@@ -666,15 +666,10 @@ mod tests {
         }
     }
 
-    fn is_open(t: &InodeTable, id: u64) -> bool {
-        matches!(t.bound(id), Some(Bound::Open(..)))
-    }
-
-    #[test]
-    fn the_tables_shrink_once_the_guest_forgets_most_nodes() {
-        let t = InodeTable::new();
+    /// `n` nodes named `f0`… in the root, all bound to one descriptor.
+    fn named_nodes(t: &InodeTable, n: u64) -> Vec<u64> {
         let fd = some_fd();
-        let ids: Vec<u64> = (0..20_000u64)
+        (0..n)
             .map(|i| {
                 let name = CString::new(format!("f{i}")).unwrap();
                 let b = Bind {
@@ -684,7 +679,17 @@ mod tests {
                 t.lookup(ROOT_ID, &name, b, Rebind::Yes, usize::MAX)
                     .unwrap()
             })
-            .collect();
+            .collect()
+    }
+
+    fn is_open(t: &InodeTable, id: u64) -> bool {
+        matches!(t.bound(id), Some(Bound::Open(..)))
+    }
+
+    #[test]
+    fn the_tables_shrink_once_the_guest_forgets_most_nodes() {
+        let t = InodeTable::new();
+        let ids = named_nodes(&t, 20_000);
         let full = t.inner.reading().nodes.capacity();
         assert!(full >= 20_000);
         // Forgetting half leaves the tables as they are (no shrink and regrow on churn).
@@ -713,18 +718,7 @@ mod tests {
     #[test]
     fn freed_memory_goes_back_a_few_times_per_halving_and_at_the_end() {
         let t = InodeTable::new();
-        let fd = some_fd();
-        let ids: Vec<u64> = (0..16_384u64)
-            .map(|i| {
-                let name = CString::new(format!("f{i}")).unwrap();
-                let b = Bind {
-                    fd: fd.clone(),
-                    ..bind(100 + i, false)
-                };
-                t.lookup(ROOT_ID, &name, b, Rebind::Yes, usize::MAX)
-                    .unwrap()
-            })
-            .collect();
+        let ids = named_nodes(&t, 16_384);
         let released: Vec<usize> = ids
             .iter()
             .enumerate()

@@ -29,17 +29,11 @@ pub fn open_path_with(
     resolve: ResolveFlags,
     follow_last: bool,
 ) -> io::Result<OwnedFd> {
-    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
-    if !follow_last {
-        flags |= OFlags::NOFOLLOW;
-    }
-    Ok(rustix::fs::openat2(
-        root,
-        rel,
-        flags,
-        Mode::empty(),
-        resolve,
-    )?)
+    let last = match follow_last {
+        true => OFlags::empty(),
+        false => OFlags::NOFOLLOW,
+    };
+    open_o_path(root, rel, last, resolve)
 }
 
 /// Opens directory `rel` beneath `root` as an `O_PATH` descriptor (ENOTDIR for anything
@@ -49,7 +43,17 @@ pub fn open_dir_path_with(
     rel: &CStr,
     resolve: ResolveFlags,
 ) -> io::Result<OwnedFd> {
-    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    open_o_path(root, rel, OFlags::DIRECTORY | OFlags::NOFOLLOW, resolve)
+}
+
+/// `openat2` of `rel` beneath `root` with `O_PATH | O_CLOEXEC` and `extra`.
+fn open_o_path(
+    root: BorrowedFd<'_>,
+    rel: &CStr,
+    extra: OFlags,
+    resolve: ResolveFlags,
+) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::CLOEXEC | extra;
     Ok(rustix::fs::openat2(
         root,
         rel,

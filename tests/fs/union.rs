@@ -795,6 +795,14 @@ fn a_running_program_is_not_truncated_by_a_read_only_open() {
 /// EISDIR, ENOTDIR) come back. On one branch, at the root and beneath it alike.
 #[test]
 fn removal_takes_every_writable_copy_and_answers_as_the_policy() {
+    // (union, parent, name, rmdir?) -> errno, 0 for success
+    let gone = |fs: &UnionFs, parent: u64, name: &str, dir: bool| {
+        let r = match dir {
+            true => fs.rmdir(&ctx(), parent, &c(name)),
+            false => fs.unlink(&ctx(), parent, &c(name)),
+        };
+        r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+    };
     let t = tempfile::tempdir().unwrap();
     let [a, b, c2] = ["a", "b", "c"].map(|n| {
         let p = t.path().join(n);
@@ -809,35 +817,27 @@ fn removal_takes_every_writable_copy_and_answers_as_the_policy() {
     fs::write(c2.join("only_c/z"), "z").unwrap();
     fs::write(b.join("d/ro"), "ro").unwrap();
     let three = union(&[(&a, "RW"), (&b, "RO"), (&c2, "RW")]);
-    let d = walk(&three, "d").unwrap();
-    three.unlink(&ctx(), d.inode, &c("x")).unwrap();
+    let d = walk(&three, "d").unwrap().inode;
+    assert_eq!(gone(&three, d, "x", false), 0);
     assert!(!a.join("d/x").exists() && !c2.join("d/x").exists());
     assert!(b.join("d/x").exists());
     // Only the RO copy is left: it shows, and cannot be removed.
     let x = walk(&three, "d/x").unwrap();
     assert_eq!(read_file(&three, x.inode).unwrap(), b"x");
-    assert_eq!(
-        errno_of(three.unlink(&ctx(), d.inode, &c("x"))),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(three.unlink(&ctx(), d.inode, &c("ro"))),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(three.unlink(&ctx(), d.inode, &c("no"))),
-        libc::ENOENT
-    );
-    // The parent is on the last branch only.
-    let only_c = walk(&three, "only_c").unwrap();
-    three.unlink(&ctx(), only_c.inode, &c("z")).unwrap();
-    assert!(!c2.join("only_c/z").exists());
-    three.rmdir(&ctx(), ROOT_ID, &c("only_c")).unwrap();
+    // The parent of z is on the last branch only.
+    let only_c = walk(&three, "only_c").unwrap().inode;
+    let cases = [
+        (d, "x", false, libc::EROFS),
+        (d, "ro", false, libc::EROFS),
+        (d, "no", false, libc::ENOENT),
+        (only_c, "z", false, 0),
+        (ROOT_ID, "only_c", true, 0),
+        (ROOT_ID, "d", true, libc::ENOTEMPTY),
+    ];
+    for (parent, name, dir, want) in cases {
+        assert_eq!(gone(&three, parent, name, dir), want, "{name}");
+    }
     assert!(!c2.join("only_c").exists());
-    assert_eq!(
-        errno_of(three.rmdir(&ctx(), ROOT_ID, &c("d"))),
-        libc::ENOTEMPTY
-    );
 
     let one = tempfile::tempdir().unwrap();
     fs::create_dir_all(one.path().join("sub/full")).unwrap();
@@ -846,37 +846,24 @@ fn removal_takes_every_writable_copy_and_answers_as_the_policy() {
     fs::write(one.path().join("sub/f"), "f").unwrap();
     let rw = union(&[(one.path(), "RW")]);
     let ro = union(&[(one.path(), "RO")]);
-    let sub = walk(&rw, "sub").unwrap();
-    let ro_sub = walk(&ro, "sub").unwrap();
-    assert_eq!(errno_of(ro.unlink(&ctx(), ROOT_ID, &c("top"))), libc::EROFS);
-    assert_eq!(
-        errno_of(ro.unlink(&ctx(), ro_sub.inode, &c("f"))),
-        libc::EROFS
-    );
-    assert_eq!(
-        errno_of(ro.unlink(&ctx(), ro_sub.inode, &c("no"))),
-        libc::ENOENT
-    );
-    assert_eq!(errno_of(ro.rmdir(&ctx(), ROOT_ID, &c("sub"))), libc::EROFS);
-    assert_eq!(
-        errno_of(rw.rmdir(&ctx(), ROOT_ID, &c("sub"))),
-        libc::ENOTEMPTY
-    );
-    assert_eq!(
-        errno_of(rw.unlink(&ctx(), ROOT_ID, &c("sub"))),
-        libc::EISDIR
-    );
-    assert_eq!(
-        errno_of(rw.rmdir(&ctx(), ROOT_ID, &c("top"))),
-        libc::ENOTDIR
-    );
-    assert_eq!(
-        errno_of(rw.unlink(&ctx(), sub.inode, &c("no"))),
-        libc::ENOENT
-    );
+    let sub = walk(&rw, "sub").unwrap().inode;
+    let ro_sub = walk(&ro, "sub").unwrap().inode;
+    let refused = [
+        (&ro, ROOT_ID, "top", false, libc::EROFS),
+        (&ro, ro_sub, "f", false, libc::EROFS),
+        (&ro, ro_sub, "no", false, libc::ENOENT),
+        (&ro, ROOT_ID, "sub", true, libc::EROFS),
+        (&rw, ROOT_ID, "sub", true, libc::ENOTEMPTY),
+        (&rw, ROOT_ID, "sub", false, libc::EISDIR),
+        (&rw, ROOT_ID, "top", true, libc::ENOTDIR),
+        (&rw, sub, "no", false, libc::ENOENT),
+    ];
+    for (fs, parent, name, dir, want) in refused {
+        assert_eq!(gone(fs, parent, name, dir), want, "{name}");
+    }
     assert_eq!(snapshot(one.path()).len(), 5);
-    rw.unlink(&ctx(), ROOT_ID, &c("top")).unwrap();
-    rw.unlink(&ctx(), sub.inode, &c("f")).unwrap();
+    assert_eq!(gone(&rw, ROOT_ID, "top", false), 0);
+    assert_eq!(gone(&rw, sub, "f", false), 0);
     assert!(!one.path().join("top").exists() && !one.path().join("sub/f").exists());
     assert_eq!(errno_of(walk(&rw, "sub/f")), libc::ENOENT);
 }
