@@ -11,6 +11,7 @@ pub mod fs;
 pub mod fuse;
 pub mod fusedev;
 pub mod logging;
+pub mod start;
 pub mod sync;
 pub mod sys;
 pub mod union;
