@@ -188,7 +188,7 @@ pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Err
         crate::confine::filter(&shared.confinement).map_err(start("install the seccomp filter"))?;
         Ok::<_, Error>((fds, signals))
     })();
-    let (clones, mut signals) = match started {
+    let (clones, signals) = match started {
         Ok(s) => s,
         Err(e) => {
             mounted.unmount();
@@ -221,31 +221,8 @@ pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Err
         fds.len(),
         conn.max_pages
     );
-    for (i, fd) in fds.into_iter().enumerate() {
-        let (server, tx) = (server.clone(), tx.clone());
-        std::thread::Builder::new()
-            .name(format!("fuse-{i}"))
-            .spawn(move || {
-                let end = match reader::serve(&server, &fd, conn) {
-                    Ok(()) => Ended::Unmounted,
-                    Err(e) => Ended::Failed(e),
-                };
-                let _ = tx.send(end);
-            })
-            .map_err(start("start a reader thread"))?;
-    }
-    let detach = unmounter.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                if let Err(e) = detach.detach() {
-                    warn!("cannot unmount: {e}");
-                }
-                let _ = tx.send(Ended::Signal(sig));
-            }
-        })
-        .map_err(start("start the signal thread"))?;
+    spawn_readers(fds, &server, conn, &tx)?;
+    spawn_signal_thread(signals, unmounter.clone(), tx)?;
     if let Some(r) = ready {
         if let Err(e) = r.serving() {
             warn!("cannot tell the starting process the mount is served: {e}");
@@ -265,4 +242,48 @@ pub fn run(cfg: MountConfig, ready: Option<background::Ready>) -> Result<(), Err
             Err(Error::Device { source })
         }
     }
+}
+
+/// One reader thread per descriptor of the mount (`fuse-N`), each serving requests until
+/// the mount goes, then saying how it ended on `tx`.
+fn spawn_readers(
+    fds: Vec<std::os::fd::OwnedFd>,
+    server: &Arc<Server<UnionFs>>,
+    conn: Device,
+    tx: &mpsc::Sender<Ended>,
+) -> Result<(), Error> {
+    for (i, fd) in fds.into_iter().enumerate() {
+        let (server, tx) = (server.clone(), tx.clone());
+        std::thread::Builder::new()
+            .name(format!("fuse-{i}"))
+            .spawn(move || {
+                let end = match reader::serve(&server, &fd, conn) {
+                    Ok(()) => Ended::Unmounted,
+                    Err(e) => Ended::Failed(e),
+                };
+                let _ = tx.send(end);
+            })
+            .map_err(start("start a reader thread"))?;
+    }
+    Ok(())
+}
+
+/// The thread that detaches the mount on SIGTERM or SIGINT and says so on `tx`.
+fn spawn_signal_thread(
+    mut signals: Signals,
+    detach: Arc<unmount::Unmounter>,
+    tx: mpsc::Sender<Ended>,
+) -> Result<(), Error> {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                if let Err(e) = detach.detach() {
+                    warn!("cannot unmount: {e}");
+                }
+                let _ = tx.send(Ended::Signal(sig));
+            }
+        })
+        .map_err(start("start the signal thread"))?;
+    Ok(())
 }
