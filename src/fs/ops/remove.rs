@@ -48,11 +48,9 @@ pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool)
             let kept = fs.keep_open_found(parent, name, &copies);
             let mut fold = ErrnoFold::new();
             for f in copies {
-                let r = fs.dir_on(f.branch, &parent_rel).and_then(|d| {
-                    fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
-                        Ok(rustix::fs::unlinkat(&d, name, flags)?)
-                    })
-                });
+                let r = fs
+                    .dir_on(f.branch, &parent_rel)
+                    .and_then(|d| unlink_as_caller(fs, ctx, &d, name, flags));
                 fold.add(&r);
             }
             (kept, fold)
@@ -65,6 +63,19 @@ pub fn remove(fs: &Call<'_>, ctx: &Context, parent: u64, name: &CStr, dir: bool)
     }
     fold.result_all()?;
     Ok(())
+}
+
+/// `unlinkat(dir, name, flags)` as the caller.
+fn unlink_as_caller(
+    fs: &Call<'_>,
+    ctx: &Context,
+    dir: &impl AsFd,
+    name: &CStr,
+    flags: AtFlags,
+) -> io::Result<()> {
+    fs.as_caller(ctx, &[dir.as_fd()], &[], Groups::OnRefusal, || {
+        Ok(rustix::fs::unlinkat(dir, name, flags)?)
+    })
 }
 
 /// Removal under an action policy that takes every usable branch holding the name (`epall`,
@@ -111,9 +122,7 @@ fn remove_each(
                 }
             }
         }
-        let r = fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
-            Ok(rustix::fs::unlinkat(&d, name, flags)?)
-        });
+        let r = unlink_as_caller(fs, ctx, &d, name, flags);
         if alone && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENOENT)) {
             continue;
         }
@@ -172,10 +181,7 @@ fn cow_remove(
         .iter()
         .filter(|f| !fs.view().branches.is_ro(f.branch))
     {
-        let d = fs.dir_on(f.branch, parent_rel)?;
-        fs.as_caller(ctx, &[d.as_fd()], &[], Groups::OnRefusal, || {
-            Ok(rustix::fs::unlinkat(&d, name, flags)?)
-        })?;
+        unlink_as_caller(fs, ctx, &fs.dir_on(f.branch, parent_rel)?, name, flags)?;
     }
     let kept = fs.keep_open(parent, name);
     fs.whiteout_if_lower(rel)?;
